@@ -1,0 +1,7 @@
+"""Synthetic biographies (Physics of LMs Part 3): bioS, bioR, QA, celebrity/minority mixes."""
+
+from corpus_gen.bios import family
+from corpus_gen.bios.config import BiosConfig
+from corpus_gen.core.registry import Family, register
+
+register(Family("bios", BiosConfig, family.layout, family.records, family.eval_sets))

@@ -1,0 +1,93 @@
+"""People as a pure function of (seed, index): no global state, so N can reach the name space.
+
+Names come from a keyed bijection of [0, first x middle x last), so the first N indices map to N
+distinct names without a set of seen names. Attributes are independent uniform draws keyed by the
+person's index; the company city is the employer's headquarters.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from corpus_gen.bios.pools import Pools
+from corpus_gen.core.seeding import derive_key, feistel_permute, randint
+
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+ATTRIBUTES = ("birth_date", "birth_city", "university", "major", "employer", "company_city")
+
+
+@dataclass(frozen=True)
+class People:
+    """Columns for a batch of people (parallel numpy arrays)."""
+
+    index: np.ndarray
+    first: np.ndarray
+    middle: np.ndarray
+    last: np.ndarray
+    month: np.ndarray  # 1-12
+    day: np.ndarray  # 1-28
+    year: np.ndarray  # 1900-2099
+    city: np.ndarray
+    university: np.ndarray
+    major: np.ndarray
+    company: np.ndarray
+
+
+def draw_people(seed: int, index: np.ndarray, pools: Pools) -> People:
+    index = np.asarray(index, dtype=np.int64)
+    n_middle, n_last = len(pools.middle_names), len(pools.last_names)
+    code = feistel_permute(index, pools.name_space, derive_key(seed, "bios", "names"))
+
+    def draw(field: str, n: int) -> np.ndarray:
+        return randint(derive_key(seed, "bios", field), index, n)
+
+    return People(
+        index=index,
+        first=code // (n_middle * n_last),
+        middle=(code // n_last) % n_middle,
+        last=code % n_last,
+        month=draw("month", 12) + 1,
+        day=draw("day", 28) + 1,
+        year=draw("year", 200) + 1900,
+        city=draw("city", len(pools.cities)),
+        university=draw("university", len(pools.universities)),
+        major=draw("major", len(pools.majors)),
+        company=draw("company", len(pools.employers)),
+    )
+
+
+def format_birth_date(month: int, day: int, year: int) -> str:
+    """The canonical form, used by bioS and by QA answers: 'October 2, 1996'."""
+    return f"{MONTHS[month - 1]} {day}, {year}"
+
+
+def person_dicts(people: People, pools: Pools) -> list[dict]:
+    """One dict of ground truth per person: what shards and eval sets record."""
+    rows = []
+    columns = zip(people.index.tolist(), people.first.tolist(), people.middle.tolist(),
+                  people.last.tolist(), people.month.tolist(), people.day.tolist(),
+                  people.year.tolist(), people.city.tolist(), people.university.tolist(),
+                  people.major.tolist(), people.company.tolist())
+    for index, first, middle, last, month, day, year, city, uni, major, company in columns:
+        rows.append({
+            "id": index,
+            "first": pools.first_names[first],
+            "middle": pools.middle_names[middle],
+            "last": pools.last_names[last],
+            "gender": "male" if first < pools.male_first_names else "female",
+            "birth_month": month,
+            "birth_day": day,
+            "birth_year": year,
+            "birth_date": format_birth_date(month, day, year),
+            "birth_city": pools.cities[city],
+            "university": pools.universities[uni],
+            "major": pools.majors[major],
+            "employer": pools.employers[company],
+            "company_city": pools.company_cities[company],
+        })
+    return rows
+
+
+def full_name(person: dict) -> str:
+    return f"{person['first']} {person['middle']} {person['last']}"

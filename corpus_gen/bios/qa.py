@@ -1,0 +1,43 @@
+"""Question answering over the six attributes: one fixed question form per attribute."""
+
+from corpus_gen.bios.people import ATTRIBUTES, full_name
+
+QUESTIONS = {
+    "birth_date": "What is the birth date of {name}?",
+    "birth_city": "What is the birth city of {name}?",
+    "university": "Which university did {name} study?",
+    "major": "What major did {name} study?",
+    "employer": "Which company did {name} work for?",
+    "company_city": "Where did {name} work?",
+}
+ANSWER_CUE = "\nAnswer:"
+
+
+def qa_pairs(person: dict) -> list[tuple[str, str, str]]:
+    """(attribute, prompt, answer) for each attribute; the model continues the prompt with
+    ' ' + answer + '.'."""
+    name = full_name(person)
+    return [(a, QUESTIONS[a].format(name=name) + ANSWER_CUE, person[a]) for a in ATTRIBUTES]
+
+
+def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
+                ) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """All six QA pairs in `order`, and the prompt spans to drop from the loss if asked."""
+    pairs = qa_pairs(person)
+    parts, no_loss, position = [], [], 0
+    for i in order:
+        _, prompt, answer = pairs[i]
+        if answer_only_loss:
+            no_loss.append((position, position + len(prompt)))
+        text = f"{prompt} {answer}."
+        parts.append(text)
+        position += len(text) + 1
+    return " ".join(parts), tuple(no_loss)
+
+
+def eval_rows(person: dict, split: str) -> list[dict]:
+    return [
+        {"person": person["id"], "name": full_name(person), "split": split, "attribute": a,
+         "prompt": prompt, "answer": answer}
+        for a, prompt, answer in qa_pairs(person)
+    ]

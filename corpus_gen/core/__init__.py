@@ -1,0 +1,1 @@
+"""What every corpus family shares: config, seeding, records, shards, manifest, tokenizer."""

@@ -1,0 +1,120 @@
+"""Corpus configs: OmegaConf YAML validated against dataclass schemas, with dotted overrides.
+
+Every family's schema extends `CorpusConfig`. Loading picks the schema from the file's `family`
+key, merges the file then the command line in struct mode (unknown keys and wrong types fail),
+and runs the schema's `validate()`; every failure names the key, the value and where it came from.
+"""
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from corpus_gen.core.errors import ConfigError, CorpusError
+
+COMMAND_LINE = "command line"
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 8192  # an upper bound: a small sample yields fewer pieces
+    model_type: str = "bpe"  # sentencepiece model: bpe | unigram
+    sample_records: int = 20000  # documents from the start of the stream used for training
+
+
+@dataclass
+class CorpusConfig:
+    """Keys every family shares."""
+
+    family: str = MISSING
+    seed: int = 0
+    records_per_shard: int = 10000
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+    def validate(self) -> None:
+        """Raise ConfigError for values the schema's types cannot rule out."""
+        require(self.records_per_shard >= 1, "records_per_shard", self.records_per_shard, ">= 1")
+        require(self.tokenizer.vocab_size >= 300, "tokenizer.vocab_size",
+                self.tokenizer.vocab_size, "must be >= 300 (256 byte pieces + specials)")
+        require(self.tokenizer.model_type in ("bpe", "unigram"), "tokenizer.model_type",
+                self.tokenizer.model_type, "must be 'bpe' or 'unigram'")
+        require(self.tokenizer.sample_records >= 1, "tokenizer.sample_records",
+                self.tokenizer.sample_records, ">= 1")
+
+
+def require(condition: bool, key: str, value: object, reason: str) -> None:
+    if not condition:
+        raise ConfigError(key, value, reason)
+
+
+def _omegaconf_error(exc: OmegaConfBaseException, given: DictConfig, source: str) -> ConfigError:
+    key = exc.full_key or "?"
+    value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
+    reason = (exc.msg or str(exc)).splitlines()[0]
+    return ConfigError(key, value, reason, source)
+
+
+def _merge(schema: DictConfig, given: DictConfig, source: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(schema, given)
+    except OmegaConfBaseException as exc:
+        raise _omegaconf_error(exc, given, source) from None
+
+
+def _parse_overrides(overrides: list[str]) -> DictConfig:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, None, "an override must look like key=value", COMMAND_LINE)
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(overrides), None, str(exc).splitlines()[0], COMMAND_LINE) from None
+
+
+def load_config(path: str | Path, overrides: list[str], schemas: dict[str, type]) -> CorpusConfig:
+    """Load `path`, apply `key=value` overrides, validate against the family's schema."""
+    source = str(path)
+    try:
+        given = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise CorpusError(f"{source}: config file not found") from None
+    except Exception as exc:  # YAML syntax errors come in several exception types
+        raise CorpusError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(given, DictConfig):
+        raise CorpusError(f"{source}: expected a mapping of config keys at the top level")
+    cli = _parse_overrides(overrides)
+    family = cli.get("family", given.get("family"))
+    if family not in schemas:
+        raise ConfigError("family", family, f"unknown corpus family; known: {sorted(schemas)}",
+                          source)
+    merged = _merge(OmegaConf.structured(schemas[family]), given, source)
+    merged = _merge(merged, cli, COMMAND_LINE)
+    try:
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise _omegaconf_error(exc, merged, source) from None
+    try:
+        config.validate()
+    except ConfigError as exc:
+        raise exc.with_source(_source_of(exc.key, cli, source)) from None
+    return config
+
+
+def _source_of(key: str, cli: DictConfig, source: str) -> str:
+    in_cli = OmegaConf.select(cli, key, default=None, throw_on_missing=False) is not None
+    return COMMAND_LINE if in_cli else source
+
+
+def config_dict(config: CorpusConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def fingerprint(config: CorpusConfig, version: str) -> str:
+    """Identifies the corpus a config generates: same config and code version, same bytes."""
+    payload = json.dumps({"config": config_dict(config), "version": version}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

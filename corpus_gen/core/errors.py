@@ -1,0 +1,17 @@
+"""User-facing errors: one line naming the culprit (file, key, value or shard)."""
+
+
+class CorpusError(Exception):
+    """A problem with the user's input or the output directory, reported without a traceback."""
+
+
+class ConfigError(CorpusError):
+    """A config key is unknown, mistyped or out of range."""
+
+    def __init__(self, key: str, value: object, reason: str, source: str | None = None):
+        self.key, self.value, self.reason, self.source = key, value, reason, source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{key}={value!r}: {reason}")
+
+    def with_source(self, source: str) -> "ConfigError":
+        return ConfigError(self.key, self.value, self.reason, source)

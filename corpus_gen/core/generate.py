@@ -1,0 +1,255 @@
+"""`physlm gen`: config -> tokenizer -> shards and eval sets (in parallel) -> manifest.
+
+Shard i holds stream positions [i*R, (i+1)*R) and is a pure function of (config, i), so any
+number of worker processes writes the same bytes. A rerun keeps every file whose progress record
+still verifies and regenerates the rest; the manifest is written last.
+"""
+
+import hashlib
+import multiprocessing
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from tqdm import tqdm
+
+from corpus_gen import __version__
+from corpus_gen.core.config import CorpusConfig, config_dict, fingerprint
+from corpus_gen.core.datasheet import datasheet, write_datasheet
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.io import atomic_path, atomic_write, remove_stale_temporaries
+from corpus_gen.core.manifest import (
+    FORMAT,
+    MANIFEST,
+    PROGRESS,
+    intact_entry,
+    read_json,
+    record_progress,
+    write_json,
+)
+from corpus_gen.core.registry import Family, Layout, get_family
+from corpus_gen.core.shards import ShardWriter, npy_bytes
+from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
+
+TOKENIZER = "tokenizer.model"
+_SAMPLE_CHUNKS = 64  # the tokenizer sample is taken from this many places along the stream
+
+
+@dataclass(frozen=True)
+class Task:
+    """One output file to build in a worker: a shard (index >= 0) or an eval set (name)."""
+
+    config: CorpusConfig
+    out: str
+    fingerprint: str
+    name: str
+    start: int = 0
+    stop: int = 0
+    eval_set: str = ""
+
+
+def shard_name(index: int) -> str:
+    return f"train/shard-{index:06d}.tar"
+
+
+def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
+                    progress: bool | None = None, log=print) -> dict:
+    """Generate (or repair) the corpus of `config` in `out`; return the manifest."""
+    began = time.perf_counter()
+    family = get_family(config.family)
+    layout = family.layout(config)
+    fp = fingerprint(config, __version__)
+    _prepare_output(out, fp)
+    tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, log)
+
+    per_shard = config.records_per_shard
+    tasks, entries = [], {}
+    for index, start in enumerate(range(0, layout.records, per_shard)):
+        name = shard_name(index)
+        entry = intact_entry(out, name, fp)
+        if entry and entry.get("tokenizer") == tokenizer_entry["sha256"]:
+            entries[name] = entry
+            continue
+        if (out / name).exists():
+            log(f"{out / name}: does not match its checksum; regenerating it")
+        tasks.append(Task(config, str(out), fp, name, start, min(start + per_shard,
+                                                                  layout.records)))
+    for set_name in family.eval_sets(config):
+        name = f"eval/{set_name}.jsonl"
+        entry = intact_entry(out, name, fp)
+        if entry:
+            entries[name] = entry
+        else:
+            tasks.insert(0, Task(config, str(out), fp, name, eval_set=set_name))
+
+    generated = sum(t.stop - t.start for t in tasks)
+    hide = None if progress is None else not progress  # None: show on a terminal only
+    bar = tqdm(total=generated, unit="doc", unit_scale=True, disable=hide, file=sys.stderr)
+    for entry in _run(tasks, workers):
+        entries[entry["name"]] = entry
+        bar.update(entry.get("stop", 0) - entry.get("start", 0))
+    bar.close()
+
+    shards = [entries[shard_name(i)] for i in range(len(range(0, layout.records, per_shard)))]
+    manifest = {
+        "format": FORMAT,
+        "family": config.family,
+        "version": __version__,
+        "fingerprint": fp,
+        "seed": config.seed,
+        "config": config_dict(config),
+        "records": sum(s["records"] for s in shards),
+        "tokens": sum(s["tokens"] for s in shards),
+        "summary": layout.summary,
+        "tokenizer": tokenizer_entry,
+        "shards": shards,
+        "eval": [entries[f"eval/{s}.jsonl"] for s in family.eval_sets(config)],
+    }
+    write_json(out / MANIFEST, manifest)
+    seconds = time.perf_counter() - began
+    sheet = datasheet(manifest, seconds, generated, out)
+    write_datasheet(out, sheet)
+    log(sheet)
+    return manifest
+
+
+def _prepare_output(out: Path, fp: str) -> None:
+    if out.exists() and not out.is_dir():
+        raise CorpusError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        known = [read_json(p) for p in (out / PROGRESS).glob("*.json")]
+        if (out / MANIFEST).exists():
+            known.append(read_json(out / MANIFEST))
+        if not known:
+            raise CorpusError(f"{out}: not empty and not a physlm corpus directory; refusing to "
+                              "write into it (choose another --out)")
+        other = {k.get("fingerprint") for k in known} - {fp}
+        if other:
+            raise CorpusError(f"{out}: holds a corpus of another config or code version "
+                              f"(fingerprint {sorted(other)[0]}, this config {fp}); choose another "
+                              "--out or remove it yourself")
+    try:
+        for sub in ("train", "eval", PROGRESS):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+        atomic_write(out / PROGRESS / "write-probe", b"")
+        (out / PROGRESS / "write-probe").unlink()
+    except OSError as exc:
+        raise CorpusError(f"{out}: cannot write the output directory: "
+                          f"{exc.strerror or exc}") from None
+    remove_stale_temporaries(out)
+
+
+def _ensure_tokenizer(config: CorpusConfig, family: Family, layout: Layout, out: Path, fp: str,
+                      log) -> dict:
+    entry = intact_entry(out, TOKENIZER, fp)
+    if entry:
+        return entry
+    if (out / TOKENIZER).exists():
+        log(f"{out / TOKENIZER}: does not match its checksum; training it again")
+    model = train_tokenizer(_tokenizer_sample(config, family, layout),
+                            config.tokenizer.vocab_size, config.tokenizer.model_type,
+                            layout.user_symbols)
+    atomic_write(out / TOKENIZER, model)
+    tokenizer = Tokenizer(model)
+    entry = {"name": TOKENIZER, "fingerprint": fp, "sha256": hashlib.sha256(model).hexdigest(),
+             "vocab_size": tokenizer.vocab_size, "dtype": tokenizer.dtype,
+             "eos_id": tokenizer.eos_id, "user_symbols": list(layout.user_symbols)}
+    record_progress(out, entry)
+    return entry
+
+
+def _tokenizer_sample(config: CorpusConfig, family: Family, layout: Layout):
+    """`sample_records` documents taken in equal runs from evenly spaced places of the stream."""
+    wanted = min(config.tokenizer.sample_records, layout.records)
+    chunks = min(_SAMPLE_CHUNKS, wanted)
+    for k in range(chunks):
+        size = wanted // chunks + (k < wanted % chunks)
+        start = k * layout.records // chunks
+        for record in family.records(config, start, start + size):
+            yield record.text
+
+
+def _run(tasks: list[Task], workers: int):
+    if workers <= 1 or len(tasks) <= 1:
+        yield from map(_build, tasks)
+        return
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(min(workers, len(tasks))) as pool:
+        yield from pool.imap_unordered(_build, tasks)
+
+
+def _build(task: Task) -> dict:
+    entry = _build_eval_set(task) if task.eval_set else _build_shard(task)
+    entry.update(name=task.name, fingerprint=task.fingerprint)
+    record_progress(Path(task.out), entry)
+    return entry
+
+
+class _HashingFile:
+    """Write-through wrapper computing the sha256 of what it writes (no second read)."""
+
+    def __init__(self, f):
+        self.f, self.digest = f, hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.f.write(data)
+
+
+_TOKENIZERS: dict[str, Tokenizer] = {}
+
+
+def _tokenizer(out: str) -> Tokenizer:
+    path = Path(out) / TOKENIZER
+    key = f"{path}:{path.stat().st_mtime_ns}"
+    if key not in _TOKENIZERS:
+        _TOKENIZERS.clear()
+        _TOKENIZERS[key] = Tokenizer.load(path)
+    return _TOKENIZERS[key]
+
+
+def _build_shard(task: Task) -> dict:
+    family = get_family(task.config.family)
+    tokenizer = _tokenizer(task.out)
+    dtype = tokenizer.dtype
+    tokens, shortest, longest = 0, sys.maxsize, 0
+    path = Path(task.out) / task.name
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            sink = _HashingFile(f)
+            writer = ShardWriter(sink)
+            for position, record in zip(range(task.start, task.stop),
+                                        family.records(task.config, task.start, task.stop)):
+                ids = tokenizer.encode_bytes(record.text)
+                n = tokenizer.count(ids)
+                if record.no_loss:
+                    mask = tokenizer.loss_mask(record.text, record.no_loss).tobytes()
+                else:
+                    mask = b"\x01" * n
+                meta = {"text": record.text, **record.meta}
+                writer.write(f"{position:010d}", {
+                    "json": orjson.dumps(meta),
+                    "ids.npy": npy_bytes(ids, dtype, n),
+                    "mask.npy": npy_bytes(mask, "|u1", n),
+                })
+                tokens += n
+                shortest, longest = min(shortest, n), max(longest, n)
+            writer.close()
+    return {"records": task.stop - task.start, "tokens": tokens, "min_tokens": shortest,
+            "max_tokens": longest, "sha256": sink.digest.hexdigest(), "start": task.start,
+            "stop": task.stop, "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
+
+
+def _build_eval_set(task: Task) -> dict:
+    rows = get_family(task.config.family).eval_sets(task.config)[task.eval_set]()
+    path = Path(task.out) / task.name
+    count = 0
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            sink = _HashingFile(f)
+            for row in rows:
+                sink.write(orjson.dumps(row) + b"\n")
+                count += 1
+    return {"records": count, "sha256": sink.digest.hexdigest()}

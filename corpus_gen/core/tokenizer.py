@@ -1,0 +1,121 @@
+"""SentencePiece tokenizers trained on the generated text, with a word-level encoding cache.
+
+Training is deterministic: the sample is fixed by the caller, input order is kept, one thread.
+Encoding splits on single spaces and looks each word up in a cache. This is exact, not an
+approximation: with `split_by_whitespace` no piece crosses a space, so a text's pieces are the
+concatenation of its words' pieces (each word carries the leading "▁" the dummy prefix gives).
+A test checks the equality against `SentencePieceProcessor.encode` over whole corpora.
+"""
+
+import io
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from corpus_gen.core.errors import CorpusError
+
+UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
+NEWLINE = "\n"
+_CACHE_LIMIT = 1 << 20
+if sys.byteorder != "little":
+    raise ImportError("corpus_gen writes little-endian token arrays and needs a little-endian host")
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    model_type: str = "bpe",
+    user_symbols: Sequence[str] = (),
+) -> bytes:
+    """Train a SentencePiece model on `texts` (in order) and return its serialized bytes."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
+        model_type=model_type,
+        character_coverage=1.0,
+        byte_fallback=True,  # any character round-trips, even one unseen in the sample
+        normalization_rule_name="identity",  # keep text exactly as generated
+        remove_extra_whitespaces=False,
+        split_by_whitespace=True,  # pieces never cross spaces: makes the word cache exact
+        split_digits=False,
+        user_defined_symbols=[NEWLINE, *user_symbols],
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        pad_id=PAD_ID,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        max_sentence_length=1 << 16,
+        num_threads=1,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+class _WordCache(dict):
+    """word -> its token ids as array bytes, so encoding a text is one `bytes.join`."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, array_code: str):
+        super().__init__()
+        self.processor = processor
+        self.array_code = array_code
+
+    def __missing__(self, word: str) -> bytes:
+        ids = array(self.array_code, self.processor.encode(word)).tobytes()
+        if len(self) < _CACHE_LIMIT:
+            self[word] = ids
+        return ids
+
+
+class Tokenizer:
+    """A trained SentencePiece model with fast, exact encoding of whitespace-normalised text."""
+
+    def __init__(self, model: bytes):
+        self.model_bytes = model
+        self.processor = spm.SentencePieceProcessor(model_proto=model)
+        self.vocab_size = self.processor.get_piece_size()
+        self.eos_id = self.processor.eos_id()
+        self.dtype = "<u2" if self.vocab_size <= 1 << 16 else "<u4"
+        self._array_code = "H" if self.dtype == "<u2" else "I"
+        self._itemsize = array(self._array_code).itemsize
+        self._words = _WordCache(self.processor, self._array_code)
+
+    @classmethod
+    def load(cls, path: Path) -> "Tokenizer":
+        try:
+            return cls(Path(path).read_bytes())
+        except (OSError, RuntimeError) as exc:
+            raise CorpusError(f"{path}: cannot load tokenizer: {exc}") from exc
+
+    def encode(self, text: str) -> list[int]:
+        return array(self._array_code, self.encode_bytes(text)).tolist()
+
+    def encode_bytes(self, text: str) -> bytes:
+        """Token ids as native-order array bytes of `self.dtype` (little-endian hosts only)."""
+        if not text or "  " in text or text[0] == " " or text[-1] == " ":
+            # words are not single-space separated: no shortcut
+            return array(self._array_code, self.processor.encode(text)).tobytes()
+        return b"".join(map(self._words.__getitem__, text.split(" ")))
+
+    def count(self, ids: bytes) -> int:
+        return len(ids) // self._itemsize
+
+    def loss_mask(self, text: str, no_loss: Sequence[tuple[int, int]]) -> np.ndarray:
+        """uint8 mask over `encode(text)`: 0 for tokens of words inside a `no_loss` span."""
+        mask = []
+        position = 0
+        for word in text.split(" "):
+            inside = any(start <= position < end for start, end in no_loss)
+            mask.extend([0 if inside else 1] * self.count(self._words[word]))
+            position += len(word) + 1
+        return np.asarray(mask, dtype=np.uint8)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.processor.decode(list(map(int, ids)))

@@ -1,0 +1,52 @@
+import random
+
+import numpy as np
+import pytest
+
+from corpus_gen.core.tokenizer import EOS_ID, Tokenizer, train_tokenizer
+
+WORDS = ["Anya", "Briar", "Forger", "was", "born", "on", "October", "2,", "1996.", "She",
+         "studied", "at", "Princeton,", "NJ.", "What", "is", "the", "Forger?\nAnswer:", "[BACK]",
+         "naïve", "x=3;", "(17", "*", "14)"]
+
+
+def _texts(n, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 60))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer(train_tokenizer(_texts(3000), 400, user_symbols=["[BACK]"]))
+
+
+def test_training_is_deterministic():
+    texts = _texts(1500, seed=1)
+    assert train_tokenizer(texts, 400) == train_tokenizer(texts, 400)
+
+
+def test_word_cache_encoding_equals_sentencepiece_on_whole_texts(tokenizer):
+    texts = _texts(2000, seed=2) + ["unseen Zebra-words ok", "a  double space", " lead", "end "]
+    for text in texts:
+        assert tokenizer.encode(text) == tokenizer.processor.encode(text), text
+
+
+def test_round_trip_keeps_newlines_and_unseen_characters(tokenizer):
+    text = "What is the birth date of Forger?\nAnswer: October 2, 1996. Ωmega"
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_user_symbols_are_single_reserved_tokens(tokenizer):
+    back = tokenizer.processor.piece_to_id("[BACK]")
+    assert back > EOS_ID
+    assert tokenizer.encode("x [BACK] y").count(back) == 1
+
+
+def test_loss_mask_zeroes_exactly_the_tokens_of_the_span(tokenizer):
+    prompt, answer = "What is the Forger?\nAnswer:", "October 2, 1996."
+    text = f"{prompt} {answer}"
+    mask = tokenizer.loss_mask(text, [(0, len(prompt))])
+    ids = np.array(tokenizer.encode(text))
+    assert len(mask) == len(ids)
+    assert tokenizer.decode(ids[mask == 1]).strip() == answer
+    assert tokenizer.decode(ids[mask == 0]) == prompt
