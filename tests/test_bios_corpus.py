@@ -83,7 +83,7 @@ def test_qa_eval_sets_split_people_and_answer_from_the_ground_truth(bios_config)
         person = truth[row["person"]]
         assert row["answer"] == person[row["attribute"]]
         question = QUESTIONS[row["attribute"]].format(name=full_name(person))
-        assert row["prompt"] == question + "\nAnswer:"
+        assert row["question"] == question and row["prompt"] == question + "\nAnswer:"
 
 
 def test_mix_mode_adds_qa_documents_with_answer_only_loss(bios_config):

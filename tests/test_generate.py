@@ -119,9 +119,9 @@ def test_people_beyond_the_name_space_are_refused(bios_config, tmp_path):
                  "university", "field"):
         (tmp_path / f"{name}.txt").write_text("A\nB\n")
     (tmp_path / "company.txt").write_text("Acme; Springfield, IL\n")
-    config = bios_config(people=17, data_dir=str(tmp_path))
-    with pytest.raises(ConfigError, match="people=17: exceeds the 16 unique full names"):
-        generate_corpus(config, tmp_path / "out", progress=False, log=_quiet)
+    assert bios_config(people=16, data_dir=str(tmp_path)).people == 16
+    with pytest.raises(ConfigError, match="command line: people=17: exceeds the 16 unique"):
+        bios_config(people=17, data_dir=str(tmp_path))
 
 
 def _cli(argv, capsys):
@@ -150,6 +150,8 @@ def test_cli_generates_verifies_and_reports_errors_in_one_line(tmp_path, capsys)
         (["gen", str(config), "--out", str(tmp_path / "x"), "variant=multi5_shuffle"],
          "variant='multi5_shuffle'"),
         (["gen", str(tmp_path / "missing.yaml")], "missing.yaml"),
+        (["gen", str(config), f"data_dir={tmp_path / 'nowhere'}"],
+         f"{tmp_path / 'nowhere' / 'first_name_male.txt'}: data file not found"),
         (["verify", str(tmp_path)], "manifest.json"),
     ]:
         code, _, err = _cli(argv, capsys)

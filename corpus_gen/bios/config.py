@@ -3,6 +3,7 @@
 import re
 from dataclasses import dataclass
 
+from corpus_gen.bios.pools import load_pools
 from corpus_gen.core.config import CorpusConfig, require
 from corpus_gen.core.errors import ConfigError
 
@@ -52,6 +53,9 @@ class BiosConfig(CorpusConfig):
     def validate(self) -> None:
         super().validate()
         require(self.people >= 2, "people", self.people, "need at least 2 people")
+        name_space = load_pools(self.data_dir).name_space
+        require(self.people <= name_space, "people", self.people, f"exceeds the {name_space:,} "
+                "unique full names the first x middle x last pools allow")
         require(self.style in ("s", "r"), "style", self.style, "must be 's' (bioS) or 'r' (bioR)")
         variant = self._checked_variant("variant")
         require(0.0 < self.qa_train_fraction < 1.0, "qa_train_fraction", self.qa_train_fraction,

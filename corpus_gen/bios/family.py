@@ -9,25 +9,20 @@ import numpy as np
 from corpus_gen.bios import stream
 from corpus_gen.bios.bio_r import render_bio_r
 from corpus_gen.bios.config import BiosConfig, parse_variant
-from corpus_gen.bios.people import ATTRIBUTES, draw_people, full_name, person_dicts
+from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
-from corpus_gen.bios.templates import TEMPLATES, render_template
-from corpus_gen.core.errors import ConfigError
+from corpus_gen.bios.templates import PLANS, SEP
 from corpus_gen.core.records import Record
 from corpus_gen.core.registry import Layout
 from corpus_gen.core.seeding import derive_key, hash_u64, randint
 
 ORDERS = tuple(itertools.permutations(range(len(ATTRIBUTES))))
-TEMPLATE_LISTS = tuple(TEMPLATES[a] for a in ATTRIBUTES)
+PLAN_LISTS = tuple(PLANS[a] for a in ATTRIBUTES)
 _EVAL_CHUNK = 20000
 
 
 def layout(config: BiosConfig) -> Layout:
-    pools = load_pools(config.data_dir)
-    if config.people > pools.name_space:
-        raise ConfigError("people", config.people, f"exceeds the {pools.name_space:,} unique "
-                          "full names the first x middle x last pools allow")
     blocks = stream.blocks(config)
     qa_docs = sum(b.people for b in blocks if b.kind == "qa")
     total = stream.total_records(blocks)
@@ -56,8 +51,8 @@ def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
     variant = parse_variant(config.variant)
     celebrity_variant = parse_variant(config.celebrity_variant)
     if config.style == "s":
-        choices = np.stack([randint(derive_key(seed, "bios", "template", a), doc_index, len(t))
-                            for a, t in zip(ATTRIBUTES, TEMPLATE_LISTS)], axis=1).tolist()
+        choices = np.stack([randint(derive_key(seed, "bios", "template", a), doc_index, len(p))
+                            for a, p in zip(ATTRIBUTES, PLAN_LISTS)], axis=1).tolist()
     else:
         doc_seeds = hash_u64(derive_key(seed, "bios", "bioR"), doc_index).tolist()
     for i, (person, b) in enumerate(zip(people, slot.block.tolist())):
@@ -75,15 +70,18 @@ def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
             v = celebrity_variant if meta["celebrity"] else variant
             order = ORDERS[orders[i]] if v.permute else ORDERS[0]
             meta["order"] = order
-            yield Record(_bio_s(person, order, choices[i], v.fullname), meta)
+            joined = _bio_s(person, order, choices[i], v.fullname)
+            yield Record(joined.replace(SEP, " "), meta, pieces=joined.split(SEP))
 
 
 def _bio_s(person: dict, order: tuple[int, ...], choice: list[int], fullname: bool) -> str:
-    """Six sentences, one per attribute; the first names the person, the rest use pronouns."""
-    name, gender = full_name(person), person["gender"]
-    return " ".join(
-        render_template(TEMPLATE_LISTS[a][choice[a]], name=name, gender=gender,
-                        use_name=fullname or rank == 0, value=person[ATTRIBUTES[a]])
+    """Six sentences, one per attribute; the first names the person, the rest use pronouns
+    (or the name again, with `fullname`). Pieces for the tokenizer's cache are joined by SEP."""
+    name = SEP.join((person["first"], person["middle"], person["last"]))
+    gender = person["gender"]
+    return SEP.join(
+        PLAN_LISTS[a][choice[a]]["name" if fullname or rank == 0 else gender].format(
+            person[ATTRIBUTES[a]], name)
         for rank, a in enumerate(order)
     )
 

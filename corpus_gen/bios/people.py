@@ -64,29 +64,25 @@ def format_birth_date(month: int, day: int, year: int) -> str:
 
 def person_dicts(people: People, pools: Pools) -> list[dict]:
     """One dict of ground truth per person: what shards and eval sets record."""
-    rows = []
-    columns = zip(people.index.tolist(), people.first.tolist(), people.middle.tolist(),
-                  people.last.tolist(), people.month.tolist(), people.day.tolist(),
-                  people.year.tolist(), people.city.tolist(), people.university.tolist(),
-                  people.major.tolist(), people.company.tolist())
-    for index, first, middle, last, month, day, year, city, uni, major, company in columns:
-        rows.append({
-            "id": index,
-            "first": pools.first_names[first],
-            "middle": pools.middle_names[middle],
-            "last": pools.last_names[last],
-            "gender": "male" if first < pools.male_first_names else "female",
-            "birth_month": month,
-            "birth_day": day,
-            "birth_year": year,
-            "birth_date": format_birth_date(month, day, year),
-            "birth_city": pools.cities[city],
-            "university": pools.universities[uni],
-            "major": pools.majors[major],
-            "employer": pools.employers[company],
-            "company_city": pools.company_cities[company],
-        })
-    return rows
+    def pick(values: tuple[str, ...], index: np.ndarray) -> list[str]:
+        return np.asarray(values, dtype=object)[index].tolist()
+
+    months, days, years = people.month.tolist(), people.day.tolist(), people.year.tolist()
+    dates = [f"{MONTHS[m - 1]} {d}, {y}" for m, d, y in zip(months, days, years)]
+    genders = np.where(people.first < pools.male_first_names, "male", "female").tolist()
+    columns = zip(people.index.tolist(), pick(pools.first_names, people.first),
+                  pick(pools.middle_names, people.middle), pick(pools.last_names, people.last),
+                  genders, months, days, years, dates, pick(pools.cities, people.city),
+                  pick(pools.universities, people.university), pick(pools.majors, people.major),
+                  pick(pools.employers, people.company), pick(pools.company_cities, people.company))
+    return [
+        {"id": index, "first": first, "middle": middle, "last": last, "gender": gender,
+         "birth_month": month, "birth_day": day, "birth_year": year, "birth_date": date,
+         "birth_city": city, "university": university, "major": major, "employer": employer,
+         "company_city": company_city}
+        for (index, first, middle, last, gender, month, day, year, date, city, university, major,
+             employer, company_city) in columns
+    ]
 
 
 def full_name(person: dict) -> str:

@@ -39,8 +39,9 @@ def _read_pool(path: Path, unique: bool) -> tuple[str, ...]:
     if not values:
         raise CorpusError(f"{path}: data file is empty")
     for value in values:
-        if "  " in value or "\t" in value:
-            raise CorpusError(f"{path}: value {value!r} has a tab or a double space")
+        if "  " in value or any(ord(c) < 32 for c in value) or "{" in value or "}" in value:
+            raise CorpusError(f"{path}: value {value!r} has a control character, a brace or "
+                              "a double space")
     if unique and len(set(values)) != len(values):
         duplicate = next(v for v in values if values.count(v) > 1)
         raise CorpusError(f"{path}: value {duplicate!r} appears twice; names must be unique")

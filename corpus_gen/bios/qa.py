@@ -14,10 +14,10 @@ ANSWER_CUE = "\nAnswer:"
 
 
 def qa_pairs(person: dict) -> list[tuple[str, str, str]]:
-    """(attribute, prompt, answer) for each attribute; the model continues the prompt with
-    ' ' + answer + '.'."""
+    """(attribute, question, answer) for each attribute. The prompt is question + ANSWER_CUE,
+    which the model continues with ' ' + answer + '.'."""
     name = full_name(person)
-    return [(a, QUESTIONS[a].format(name=name) + ANSWER_CUE, person[a]) for a in ATTRIBUTES]
+    return [(a, QUESTIONS[a].format(name=name), person[a]) for a in ATTRIBUTES]
 
 
 def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
@@ -26,7 +26,8 @@ def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
     pairs = qa_pairs(person)
     parts, no_loss, position = [], [], 0
     for i in order:
-        _, prompt, answer = pairs[i]
+        _, question, answer = pairs[i]
+        prompt = question + ANSWER_CUE
         if answer_only_loss:
             no_loss.append((position, position + len(prompt)))
         text = f"{prompt} {answer}."
@@ -38,6 +39,6 @@ def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
 def eval_rows(person: dict, split: str) -> list[dict]:
     return [
         {"person": person["id"], "name": full_name(person), "split": split, "attribute": a,
-         "prompt": prompt, "answer": answer}
-        for a, prompt, answer in qa_pairs(person)
+         "question": question, "prompt": question + ANSWER_CUE, "answer": answer}
+        for a, question, answer in qa_pairs(person)
     ]

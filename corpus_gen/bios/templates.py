@@ -6,10 +6,10 @@ exactly once through ``{value}``. ``{value}`` is always preceded by a space and
 followed by a space, a comma or the final period, so that values stay
 whitespace-delimited words after rendering (the tokenizer-level QA relies on it).
 
-``render_template`` precompiles each template once into literal pieces (with the
-pronoun already baked in per gender) and fills them by plain concatenation.
-Measured on one core, Python 3.11: ~0.28 us per pronoun call and ~0.35 us per
-full-name call (2.8-3.6M calls/s) versus ~0.8 us for ``str.format`` with keywords.
+Each template is compiled once (``PLANS``) into pieces that recur across people:
+runs of literal words (pronoun baked in), the value with its punctuation, the name's
+words. The generator joins pieces into text, and the tokenizer encodes each distinct
+piece once. ``render_template`` renders one template through the same plan.
 """
 
 from __future__ import annotations
@@ -347,88 +347,71 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "company_city": COMPANY_CITY,
 }
 
-# Subject slots and their pronoun forms; the index is the slot id in compiled templates.
+# Subject slots and their pronoun forms, in the same order.
 SUBJECT_SLOTS: tuple[str, ...] = ("Subj", "subj", "Poss", "poss", "obj")
 _POSSESSIVE = (False, False, True, True, False)
 _PRONOUNS: dict[str, tuple[str, ...]] = {
     "male": ("He", "he", "His", "his", "him"),
     "female": ("She", "she", "Her", "her", "her"),
 }
-_VALUE = -1
-
-# Compiled form of a template, keyed by the template string:
-# (head, subject_first, middle, tail, possessive, by_gender) where the rendered sentence is
-# head + X + middle + Y + tail with X/Y the subject and value in slot order, and by_gender maps
-# "male"/"female" to a (prefix, suffix) pair with the pronoun already baked in, so the pronoun
-# path is a single `prefix + value + suffix`. All module templates are compiled at import.
-_Compiled = tuple[str, bool, str, str, bool, dict[str, tuple[str, str]]]
-_COMPILED: dict[str, _Compiled] = {}
+MODES = ("male", "female", "name")
+SEP = "\x00"  # marks piece boundaries inside a rendered sentence; becomes a space in the text
 
 
-def compile_template(template: str) -> _Compiled:
-    """Precompile a template into literal pieces around its subject slot and ``{value}``.
+def compile_pieces(template: str, mode: str) -> str:
+    """A format string rendering `template` as pieces that recur across people, joined by SEP.
 
-    Raises ValueError unless the template has exactly one subject slot, exactly one
-    ``{value}`` and no other braces, because the fast path relies on that shape.
+    `mode` is "male"/"female" (pronouns) or "name" (the full name in the subject slot). Fields:
+    {0} the value, {1} the name with SEP between its words. Pieces are runs of literal words
+    (pronoun included), the value with the punctuation glued to it ("{value}." -> "1996.") and
+    each word of the name, so `format(...).replace(SEP, " ")` is the sentence while
+    `.split(SEP)` gives units a tokenizer can cache. Raises ValueError unless the template has
+    exactly one subject slot, one ``{value}`` and no other placeholder.
     """
-    hit = _COMPILED.get(template)
-    if hit is not None:
-        return hit
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     pieces: list[str] = []
-    slots: list[int] = []
-    pos = 0
-    while True:
-        start = template.find("{", pos)
+    run: list[str] = []
+    slots: list[str] = []
+    for word in template.split(" "):
+        start = word.find("{")
         if start < 0:
-            break
-        end = template.find("}", start)
-        if end < 0:
-            raise ValueError(f"unbalanced brace in template: {template!r}")
-        key = template[start + 1 : end]
+            run.append(word)
+            continue
+        end = word.find("}", start)
+        key, prefix, suffix = word[start + 1 : end], word[:start], word[end + 1 :]
+        unknown = key != "value" and key not in SUBJECT_SLOTS
+        if end < 0 or "{" in suffix or "}" in suffix or unknown:
+            raise ValueError(f"bad placeholder in template {template!r}")
+        slots.append(key)
+        if key != "value" and mode != "name":
+            run.append(prefix + _PRONOUNS[mode][SUBJECT_SLOTS.index(key)] + suffix)
+            continue
+        if run:
+            pieces.append(" ".join(run))
+            run.clear()
         if key == "value":
-            slots.append(_VALUE)
-        elif key in SUBJECT_SLOTS:
-            slots.append(SUBJECT_SLOTS.index(key))
+            pieces.append(prefix + "{0}" + suffix)
         else:
-            raise ValueError(f"unknown placeholder {{{key}}} in template: {template!r}")
-        pieces.append(template[pos:start])
-        pos = end + 1
-    pieces.append(template[pos:])
-    if "}" in "".join(pieces) or len(slots) != 2 or slots.count(_VALUE) != 1:
+            possessive = _POSSESSIVE[SUBJECT_SLOTS.index(key)]
+            pieces.append(prefix + "{1}" + ("'s" if possessive else "") + suffix)
+    if run:
+        pieces.append(" ".join(run))
+    if len(slots) != 2 or slots.count("value") != 1:
         raise ValueError(f"template needs one subject slot and one {{value}}: {template!r}")
-    head, middle, tail = pieces
-    subject_first = slots[0] != _VALUE
-    slot = slots[0] if subject_first else slots[1]
-    by_gender: dict[str, tuple[str, str]] = {}
-    for gender, forms in _PRONOUNS.items():
-        if subject_first:
-            by_gender[gender] = (head + forms[slot] + middle, tail)
-        else:
-            by_gender[gender] = (head, middle + forms[slot] + tail)
-    compiled = (head, subject_first, middle, tail, _POSSESSIVE[slot], by_gender)
-    _COMPILED[template] = compiled
-    return compiled
+    return SEP.join(pieces)
+
+
+# Every shipped template compiled: PLANS[attribute][template index][mode] -> format string.
+PLANS: dict[str, tuple[dict[str, str], ...]] = {
+    attribute: tuple({mode: compile_pieces(t, mode) for mode in MODES} for t in group)
+    for attribute, group in TEMPLATES.items()
+}
 
 
 def render_template(template: str, *, name: str, gender: str, use_name: bool, value: str) -> str:
-    """Fill one template: full name (``name's`` as possessive) or he/she pronouns."""
-    compiled = _COMPILED.get(template)
-    if compiled is None:
-        compiled = compile_template(template)
-    if use_name:
-        head, subject_first, middle, tail, possessive, _ = compiled
-        subject = name + "'s" if possessive else name
-        if subject_first:
-            return head + subject + middle + value + tail
-        return head + value + middle + subject + tail
-    try:
-        prefix, suffix = compiled[5][gender]
-    except KeyError:
-        raise ValueError(f"gender must be 'male' or 'female', got {gender!r}") from None
-    return prefix + value + suffix
-
-
-for _group in TEMPLATES.values():
-    for _template in _group:
-        compile_template(_template)
-del _group, _template
+    """Fill one template: the full name (``name's`` as possessive) or he/she pronouns."""
+    if not use_name and gender not in _PRONOUNS:
+        raise ValueError(f"gender must be 'male' or 'female', got {gender!r}")
+    plan = compile_pieces(template, "name" if use_name else gender)
+    return plan.format(value, name.replace(" ", SEP)).replace(SEP, " ")

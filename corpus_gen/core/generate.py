@@ -35,6 +35,7 @@ from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
 
 TOKENIZER = "tokenizer.model"
 _SAMPLE_CHUNKS = 64  # the tokenizer sample is taken from this many places along the stream
+_BATCH = 1024  # documents whose tar headers are built together
 
 
 @dataclass(frozen=True)
@@ -213,33 +214,33 @@ def _tokenizer(out: str) -> Tokenizer:
 def _build_shard(task: Task) -> dict:
     family = get_family(task.config.family)
     tokenizer = _tokenizer(task.out)
-    dtype = tokenizer.dtype
-    tokens, shortest, longest = 0, sys.maxsize, 0
+    records = family.records(task.config, task.start, task.stop)
+    lengths: list[int] = []
     path = Path(task.out) / task.name
     with atomic_path(path) as tmp:
         with open(tmp, "wb", buffering=1 << 20) as f:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
-            for position, record in zip(range(task.start, task.stop),
-                                        family.records(task.config, task.start, task.stop)):
-                ids = tokenizer.encode_bytes(record.text)
-                n = tokenizer.count(ids)
-                if record.no_loss:
-                    mask = tokenizer.loss_mask(record.text, record.no_loss).tobytes()
-                else:
-                    mask = b"\x01" * n
-                meta = {"text": record.text, **record.meta}
-                writer.write(f"{position:010d}", {
-                    "json": orjson.dumps(meta),
-                    "ids.npy": npy_bytes(ids, dtype, n),
-                    "mask.npy": npy_bytes(mask, "|u1", n),
-                })
-                tokens += n
-                shortest, longest = min(shortest, n), max(longest, n)
+            for batch_start in range(task.start, task.stop, _BATCH):
+                batch_stop = min(batch_start + _BATCH, task.stop)
+                keys, jsons, ids, masks = [], [], [], []
+                for position, record in zip(range(batch_start, batch_stop), records):
+                    tokens = (tokenizer.encode_pieces(record.pieces) if record.pieces
+                              else tokenizer.encode_bytes(record.text))
+                    n = tokenizer.count(tokens)
+                    mask = (tokenizer.loss_mask(record.text, record.no_loss).tobytes()
+                            if record.no_loss else b"\x01" * n)
+                    keys.append(f"{position:010d}")
+                    jsons.append(orjson.dumps({"text": record.text, **record.meta}))
+                    ids.append(npy_bytes(tokens, tokenizer.dtype, n))
+                    masks.append(npy_bytes(mask, "|u1", n))
+                    lengths.append(n)
+                writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
             writer.close()
-    return {"records": task.stop - task.start, "tokens": tokens, "min_tokens": shortest,
-            "max_tokens": longest, "sha256": sink.digest.hexdigest(), "start": task.start,
-            "stop": task.stop, "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
+    return {"records": task.stop - task.start, "tokens": sum(lengths),
+            "min_tokens": min(lengths), "max_tokens": max(lengths),
+            "sha256": sink.digest.hexdigest(), "start": task.start, "stop": task.stop,
+            "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
 
 
 def _build_eval_set(task: Task) -> dict:

@@ -2,13 +2,14 @@
 
 `ShardWriter` writes the same bytes as `webdataset.TarWriter(f, encoder=False, mtime=0)` (USTAR
 members, user/group "bigdata", mode 0444, sorted member order, 10 KiB record padding) — a test
-checks this byte for byte — but builds each 512-byte header from a precomputed template. The
-webdataset writer spends ~65 us per member in `tarfile`'s generic header code, which alone would
-cap a core at ~5K samples/s; this writer does ~2 us. Shards are read back with webdataset.
+checks this byte for byte — but builds the 512-byte headers of a whole batch of samples at once
+with numpy. The webdataset writer spends ~65 us per member in `tarfile`'s generic header code,
+which alone would cap a core at ~5K samples/s; see BENCHMARKS.md for the two side by side.
+Shards are read back with webdataset.
 """
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,60 +18,31 @@ import webdataset as wds
 
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar "record": tarfile pads the archive to a multiple of this
-_NAME_LEN, _CHKSUM_OFF = 100, 148
+_NAME_LEN, _SIZE, _CHECKSUM = 100, slice(124, 136), slice(148, 156)
 
 
-def _header_parts() -> tuple[bytes, bytes, bytes, int]:
-    """The constant stretches of a header around its name, size and checksum fields."""
-    after_name = b"0000444\x00" + b"0000000\x00" * 2  # mode 0444, uid 0, gid 0
-    after_size = b"00000000000\x00"  # mtime 0: reproducible archives
-    tail = bytearray(BLOCK - _CHKSUM_OFF - 8)  # type flag onwards
-    tail[0:1] = b"0"  # regular file
-    tail[101:109] = b"ustar\x0000"
-    tail[109:116] = b"bigdata"  # uname
-    tail[141:148] = b"bigdata"  # gname
-    constant_sum = sum(after_name) + sum(after_size) + sum(b"        ") + sum(tail)
-    return after_name, after_size, bytes(tail), constant_sum
+def _header_template() -> np.ndarray:
+    """A regular-file header with empty name and size, and the checksum field as spaces (which
+    is how the checksum itself is computed)."""
+    header = bytearray(BLOCK)
+    header[100:124] = b"0000444\x00" + b"0000000\x00" * 2  # mode 0444, uid 0, gid 0
+    header[136:148] = b"00000000000\x00"  # mtime 0: reproducible archives
+    header[_CHECKSUM] = b" " * 8
+    header[156:157] = b"0"  # regular file
+    header[257:265] = b"ustar\x0000"
+    header[265:272] = b"bigdata"  # uname
+    header[297:304] = b"bigdata"  # gname
+    return np.frombuffer(bytes(header), dtype=np.uint8)
 
 
-_AFTER_NAME, _AFTER_SIZE, _TAIL, _CONSTANT_SUM = _header_parts()
-
-
-class _FieldCache(dict):
-    """Formatted numeric fields by value: sizes and checksums repeat across samples."""
-
-    def __init__(self, fmt: bytes):
-        super().__init__()
-        self.fmt = fmt
-
-    def __missing__(self, value: int) -> tuple[bytes, int]:
-        field = self.fmt % value
-        if len(self) < 1 << 16:
-            self[value] = (field, sum(field))
-        return field, sum(field)
-
-
-_SIZE_FIELDS = _FieldCache(b"%011o\x00")
-_CHECKSUM_FIELDS = _FieldCache(b"%06o\x00 ")
-
-
-def _header_pieces(name: bytes, size: int, name_sum: int) -> tuple[bytes, ...]:
-    """The USTAR header Python's tarfile writes for a regular file, as pieces to join."""
-    if len(name) > _NAME_LEN:
-        raise ValueError(f"tar member name longer than {_NAME_LEN} bytes: {name!r}")
-    size_field, size_sum = _SIZE_FIELDS[size]
-    # The checksum sums the header with its own field read as eight spaces; it is written as six
-    # octal digits, NUL, space.
-    checksum = _CHECKSUM_FIELDS[_CONSTANT_SUM + name_sum + size_sum][0]
-    return (name.ljust(_NAME_LEN, b"\x00"), _AFTER_NAME, size_field, _AFTER_SIZE, checksum,
-            _TAIL)
-
-
-def tar_header(name: bytes, size: int) -> bytes:
-    return b"".join(_header_pieces(name, size, sum(name)))
-
-
+_TEMPLATE = _header_template()
 _PADDING = tuple(b"\x00" * (-n % BLOCK) for n in range(BLOCK))
+
+
+def _octal_digits(values: np.ndarray, width: int) -> np.ndarray:
+    """ASCII octal digits of each value, zero-padded to `width` (most significant first)."""
+    shifts = np.arange(3 * (width - 1), -1, -3, dtype=np.int64)
+    return ((values[:, None] >> shifts) & 7).astype(np.uint8) + ord("0")
 
 
 _NPY_HEADERS: dict[tuple[str, int], bytes] = {}
@@ -90,17 +62,6 @@ def npy_bytes(array_bytes: bytes, dtype: str, length: int) -> bytes:
     return header + array_bytes
 
 
-_SUFFIXES: dict[str, tuple[bytes, int]] = {}
-
-
-def _suffix(ext: str) -> tuple[bytes, int]:
-    """b'.ext' and its byte sum, computed once per extension."""
-    if ext not in _SUFFIXES:
-        suffix = b"." + ext.encode()
-        _SUFFIXES[ext] = (suffix, sum(suffix))
-    return _SUFFIXES[ext]
-
-
 class ShardWriter:
     """Append samples to one tar stream; `close()` writes the end-of-archive blocks."""
 
@@ -111,20 +72,46 @@ class ShardWriter:
 
     def write(self, key: str, members: dict[str, bytes]) -> None:
         """Write one sample; members go in sorted extension order, as webdataset writes them."""
-        key_bytes = key.encode()
-        key_sum = sum(key_bytes)
+        self.write_batch([key], {ext: [data] for ext, data in members.items()})
+
+    def write_batch(self, keys: Sequence[str], members: dict[str, Sequence[bytes]]) -> None:
+        """Write samples keys[i] with members {ext: column[i]}, headers built all at once."""
+        n = len(keys)
+        exts = sorted(members)
+        key_len = len(keys[0])
+        joined = "".join(keys).encode()
+        if len(joined) != n * key_len:
+            raise ValueError("a batch needs ASCII keys of equal length")
+        if key_len + 1 + max(map(len, exts)) > _NAME_LEN:
+            raise ValueError(f"tar member names longer than {_NAME_LEN} bytes: {keys[0]!r}")
+        headers = np.tile(_TEMPLATE, (n, len(exts), 1))
+        key_matrix = np.frombuffer(joined, dtype=np.uint8).reshape(n, key_len)
+        for j, ext in enumerate(exts):
+            suffix = np.frombuffer(("." + ext).encode(), dtype=np.uint8)
+            headers[:, j, :key_len] = key_matrix
+            headers[:, j, key_len : key_len + len(suffix)] = suffix
+        columns = [members[ext] for ext in exts]
+        sizes = np.stack([np.fromiter(map(len, column), dtype=np.int64, count=n)
+                          for column in columns], axis=1)
+        headers[:, :, _SIZE.start : _SIZE.stop - 1] = _octal_digits(sizes.ravel(), 11).reshape(
+            n, len(exts), 11)
+        headers[:, :, _SIZE.stop - 1] = 0
+        checksums = headers.sum(axis=2, dtype=np.int64).ravel()
+        headers[:, :, _CHECKSUM.start : _CHECKSUM.start + 6] = _octal_digits(
+            checksums, 6).reshape(n, len(exts), 6)
+        headers[:, :, _CHECKSUM.start + 6] = 0  # then NUL and the space already there
+        flat = headers.tobytes()
         parts: list[bytes] = []
-        for ext in sorted(members):
-            data = members[ext]
-            suffix = _suffix(ext)
-            size = len(data)
-            parts += _header_pieces(key_bytes + suffix[0], size, key_sum + suffix[1])
-            parts.append(data)
-            parts.append(_PADDING[size % BLOCK])
+        at = 0
+        for i in range(n):
+            for column in columns:
+                data = column[i]
+                parts += (flat[at : at + BLOCK], data, _PADDING[len(data) % BLOCK])
+                at += BLOCK
         chunk = b"".join(parts)
         self.stream.write(chunk)
         self.offset += len(chunk)
-        self.samples += 1
+        self.samples += n
 
     def close(self) -> None:
         tail = 2 * BLOCK

@@ -59,18 +59,18 @@ def train_tokenizer(
     return model.getvalue()
 
 
-class _WordCache(dict):
-    """word -> its token ids as array bytes, so encoding a text is one `bytes.join`."""
+class _Cache(dict):
+    """text unit -> its token ids as array bytes, so encoding a text is one `bytes.join`.
+    Emptied when full: units that recur come back at once, and memory stays bounded."""
 
-    def __init__(self, processor: spm.SentencePieceProcessor, array_code: str):
+    def __init__(self, encode):
         super().__init__()
-        self.processor = processor
-        self.array_code = array_code
+        self.encode = encode
 
-    def __missing__(self, word: str) -> bytes:
-        ids = array(self.array_code, self.processor.encode(word)).tobytes()
-        if len(self) < _CACHE_LIMIT:
-            self[word] = ids
+    def __missing__(self, unit: str) -> bytes:
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
+        ids = self[unit] = self.encode(unit)
         return ids
 
 
@@ -85,7 +85,8 @@ class Tokenizer:
         self.dtype = "<u2" if self.vocab_size <= 1 << 16 else "<u4"
         self._array_code = "H" if self.dtype == "<u2" else "I"
         self._itemsize = array(self._array_code).itemsize
-        self._words = _WordCache(self.processor, self._array_code)
+        self._words = _Cache(self._encode_slow)
+        self._pieces = _Cache(self.encode_bytes)
 
     @classmethod
     def load(cls, path: Path) -> "Tokenizer":
@@ -97,12 +98,18 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return array(self._array_code, self.encode_bytes(text)).tolist()
 
+    def _encode_slow(self, text: str) -> bytes:
+        return array(self._array_code, self.processor.encode(text)).tobytes()
+
     def encode_bytes(self, text: str) -> bytes:
-        """Token ids as native-order array bytes of `self.dtype` (little-endian hosts only)."""
+        """Token ids as little-endian array bytes of `self.dtype`."""
         if not text or "  " in text or text[0] == " " or text[-1] == " ":
-            # words are not single-space separated: no shortcut
-            return array(self._array_code, self.processor.encode(text)).tobytes()
+            return self._encode_slow(text)  # words are not single-space separated: no shortcut
         return b"".join(map(self._words.__getitem__, text.split(" ")))
+
+    def encode_pieces(self, pieces: Sequence[str]) -> bytes:
+        """`encode_bytes(" ".join(pieces))`, encoding each distinct piece once."""
+        return b"".join(map(self._pieces.__getitem__, pieces))
 
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize
