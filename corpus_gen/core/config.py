@@ -48,25 +48,33 @@ class CorpusConfig:
 
 
 def require(condition: bool, key: str, value: object, reason: str) -> None:
+    """Raise a ConfigError for `key` unless `condition` holds (used by `validate()`)."""
     if not condition:
         raise ConfigError(key, value, reason)
 
 
-def _omegaconf_error(exc: OmegaConfBaseException, given: DictConfig, source: str) -> ConfigError:
+def _omegaconf_error(exc: OmegaConfBaseException, given: DictConfig, source: str,
+                     prefix: str = "") -> ConfigError:
     key = exc.full_key or "?"
     value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
     reason = (exc.msg or str(exc)).splitlines()[0]
-    return ConfigError(key, value, reason, source)
+    return ConfigError(prefix + key, value, reason, source)
 
 
-def _merge(schema: DictConfig, given: DictConfig, source: str) -> DictConfig:
+def read_yaml(path: str | Path) -> DictConfig:
+    """A YAML mapping, or a CorpusError naming the file."""
     try:
-        return OmegaConf.merge(schema, given)
-    except OmegaConfBaseException as exc:
-        raise _omegaconf_error(exc, given, source) from None
+        given = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: config file not found") from None
+    except Exception as exc:  # YAML syntax errors come in several exception types
+        raise CorpusError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(given, DictConfig):
+        raise CorpusError(f"{path}: expected a mapping of config keys at the top level")
+    return given
 
 
-def _parse_overrides(overrides: list[str]) -> DictConfig:
+def parse_overrides(overrides: list[str]) -> DictConfig:
     for item in overrides:
         if "=" not in item:
             raise ConfigError(item, None, "an override must look like key=value", COMMAND_LINE)
@@ -76,38 +84,46 @@ def _parse_overrides(overrides: list[str]) -> DictConfig:
         raise ConfigError(str(overrides), None, str(exc).splitlines()[0], COMMAND_LINE) from None
 
 
-def load_config(path: str | Path, overrides: list[str], schemas: dict[str, type]) -> CorpusConfig:
-    """Load `path`, apply `key=value` overrides, validate against the family's schema."""
-    source = str(path)
-    try:
-        given = OmegaConf.load(path)
-    except FileNotFoundError:
-        raise CorpusError(f"{source}: config file not found") from None
-    except Exception as exc:  # YAML syntax errors come in several exception types
-        raise CorpusError(f"{source}: not valid YAML: {exc}") from None
-    if not isinstance(given, DictConfig):
-        raise CorpusError(f"{source}: expected a mapping of config keys at the top level")
-    cli = _parse_overrides(overrides)
-    family = cli.get("family", given.get("family"))
-    if family not in schemas:
-        raise ConfigError("family", family, f"unknown corpus family; known: {sorted(schemas)}",
-                          source)
-    merged = _merge(OmegaConf.structured(schemas[family]), given, source)
-    merged = _merge(merged, cli, COMMAND_LINE)
+def build_config(schema: type, layers: list[tuple[DictConfig, str]], prefix: str = "") -> Any:
+    """Merge `layers` (config, where it came from) in order onto `schema` in struct mode, then
+    validate. Errors name the key (under `prefix`), the value and the layer it came from."""
+    merged = OmegaConf.structured(schema)
+    for given, source in layers:
+        try:
+            merged = OmegaConf.merge(merged, given)
+        except OmegaConfBaseException as exc:
+            raise _omegaconf_error(exc, given, source, prefix) from None
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise _omegaconf_error(exc, merged, source) from None
+        raise _omegaconf_error(exc, merged, layers[-1][1], prefix) from None
     try:
         config.validate()
     except ConfigError as exc:
-        raise exc.with_source(_source_of(exc.key, cli, source)) from None
+        source = next((s for given, s in reversed(layers)
+                       if OmegaConf.select(given, exc.key, default=None) is not None),
+                      layers[0][1])
+        raise ConfigError(prefix + exc.key, exc.value, exc.reason, source) from None
     return config
 
 
-def _source_of(key: str, cli: DictConfig, source: str) -> str:
-    in_cli = OmegaConf.select(cli, key, default=None, throw_on_missing=False) is not None
-    return COMMAND_LINE if in_cli else source
+def load_config(path: str | Path, overrides: list[str], schemas: dict[str, type]) -> CorpusConfig:
+    """Load a corpus config file, apply `key=value` overrides, validate against its family."""
+    given, cli = read_yaml(path), parse_overrides(overrides)
+    return corpus_config([(given, str(path)), (cli, COMMAND_LINE)], schemas)
+
+
+def corpus_config(layers: list[tuple[DictConfig, str]], schemas: dict[str, type],
+                  prefix: str = "") -> CorpusConfig:
+    """The corpus config the layers describe, with the schema of their `family`."""
+    family, source = None, layers[0][1]
+    for given, where in layers:
+        if "family" in given:
+            family, source = given["family"], where
+    if family not in schemas:
+        raise ConfigError(prefix + "family", family,
+                          f"unknown corpus family; known: {sorted(schemas)}", source)
+    return build_config(schemas[family], layers, prefix)
 
 
 def config_dict(config: CorpusConfig) -> dict[str, Any]:

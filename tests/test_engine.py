@@ -1,0 +1,179 @@
+"""Training end to end on tiny corpora: resume, divergence, bad inputs, distributed, QA eval."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from corpus_gen.core.generate import generate_corpus
+from trainer.config import load_experiment
+from trainer.engine import train
+from trainer.errors import TrainError
+from trainer.eval.runner import evaluate
+from trainer.tracking import read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A tiny bios corpus with QA in the stream (mix), shared by the tests of this module."""
+    from corpus_gen.core.config import load_config
+    from corpus_gen.core.registry import schemas
+
+    config = load_config(ROOT / "configs/corpus/bios_s_multi5_permute.yaml",
+                         ["people=40", "mode=mix", "records_per_shard=60",
+                          "tokenizer.vocab_size=600", "tokenizer.sample_records=300"], schemas())
+    out = tmp_path_factory.mktemp("corpus")
+    generate_corpus(config, out, progress=False, log=lambda *_: None)
+    return out
+
+
+def _experiment(tmp_path, *overrides):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: t\nmodel:\n  n_layer: 2\n  n_head: 2\n  d_model: 32\n"
+                    "train:\n  ctx: 64\n  micro_batch: 4\n  lr: 0.003\n  warmup_steps: 2\n"
+                    "  log_every: 1\n  wandb:\n    mode: disabled\n")
+    return load_experiment(path, list(overrides))
+
+
+def _losses(run_dir):
+    return [(m["step"], m["loss"]) for m in read_metrics(run_dir)]
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "alibi", "relative", "none"])
+def test_every_encoding_trains_a_few_steps(corpus, tmp_path, pos):
+    experiment = _experiment(tmp_path, f"model.pos={pos}", "train.max_steps=6",
+                             "train.ckpt_every=6")
+    metrics = train(experiment, tmp_path / "run", corpus)
+    losses = [loss for _, loss in _losses(tmp_path / "run")]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    assert metrics["tokens_per_s"] > 0 and metrics["mfu"] is None  # no peak for CPUs
+    assert (tmp_path / "run" / "checkpoints" / "step-000006" / "weights.pt").exists()
+    assert (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_resume_after_kill_matches_uninterrupted_run_bit_for_bit(corpus, tmp_path):
+    args = ("train.max_steps=10", "train.ckpt_every=4", "train.grad_accum=2",
+            "model.dropout=0.1")
+    train(_experiment(tmp_path, *args), tmp_path / "straight", corpus)
+
+    def kill_at_7(step, _):
+        if step == 7:
+            raise Killed()
+
+    with pytest.raises(Killed):
+        train(_experiment(tmp_path, *args), tmp_path / "resumed", corpus, on_step=kill_at_7)
+    assert (tmp_path / "resumed" / "checkpoints" / "latest").read_text() == "step-000004"
+    train(_experiment(tmp_path, *args), tmp_path / "resumed", corpus)
+    assert _losses(tmp_path / "resumed") == _losses(tmp_path / "straight")
+    straight = torch.load(tmp_path / "straight/checkpoints/step-000010/weights.pt")
+    resumed = torch.load(tmp_path / "resumed/checkpoints/step-000010/weights.pt")
+    for key, value in straight["state_dict"].items():
+        assert torch.equal(value, resumed["state_dict"][key]), key
+
+
+def test_non_finite_loss_stops_with_the_last_good_checkpoint(corpus, tmp_path, monkeypatch):
+    import trainer.engine as engine
+
+    real = engine.lm_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, labels):
+        calls["n"] += 1
+        loss = real(logits, labels)
+        return loss * float("nan") if calls["n"] == 6 else loss
+
+    monkeypatch.setattr(engine, "lm_loss", poisoned)
+    experiment = _experiment(tmp_path, "train.max_steps=10", "train.ckpt_every=3")
+    with pytest.raises(TrainError, match=r"loss became nan at step 6; stopped \(last good "
+                                         r"checkpoint: .*step-000003\)"):
+        train(experiment, tmp_path / "run", corpus)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "latest").read_text() == "step-000003"
+    assert torch.load(checkpoints / "step-000003" / "weights.pt")["state_dict"]
+
+
+def test_a_checkpoint_of_another_shape_is_refused(corpus, tmp_path):
+    train(_experiment(tmp_path, "train.max_steps=2", "train.ckpt_every=2"), tmp_path / "run",
+          corpus)
+    with pytest.raises(TrainError, match="model.n_layer=2 but the config says 3"):
+        train(_experiment(tmp_path, "train.max_steps=4", "model.n_layer=3"), tmp_path / "run",
+              corpus)
+
+
+def test_a_missing_shard_or_corpus_is_named(corpus, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(corpus, broken)
+    shard = broken / "train" / "shard-000001.tar"
+    shard.unlink()
+    with pytest.raises(TrainError, match="shard-000001.tar"):
+        train(_experiment(tmp_path, "train.max_steps=2"), tmp_path / "run", broken)
+    with pytest.raises(TrainError, match="manifest.json"):
+        train(_experiment(tmp_path, "train.max_steps=2"), tmp_path / "run2", tmp_path / "none")
+
+
+def test_whole_documents_longer_than_ctx_are_refused(corpus, tmp_path):
+    with pytest.raises(TrainError, match="ctx"):
+        train(_experiment(tmp_path, "train.ctx=16", "train.split_documents=false",
+                          "train.max_steps=2"), tmp_path / "run", corpus)
+
+
+def test_experiment_config_errors_name_group_key_and_source(tmp_path):
+    from corpus_gen.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train.lrr"):
+        _experiment(tmp_path, "train.lrr=1")
+    with pytest.raises(ConfigError, match="model.pos"):
+        _experiment(tmp_path, "model.pos=sinusoid")
+    path = tmp_path / "with_corpus.yaml"
+    path.write_text("corpus: bios_s_single\n")
+    assert load_experiment(path, ["corpus.people=7"]).corpus.people == 7
+    with pytest.raises(ConfigError, match="command line: corpus.people='many'"):
+        load_experiment(path, ["corpus.people=many"])
+    with pytest.raises(ConfigError, match="unknown experiment key"):
+        load_experiment(path, ["trian.lr=1"])
+
+
+def test_qa_evaluation_scores_a_trained_model(corpus, tmp_path):
+    experiment = _experiment(tmp_path, "train.max_steps=4", "train.ckpt_every=4",
+                             "eval.qa.max_people=5", "train.eval_every=2")
+    train(experiment, tmp_path / "run", corpus)
+    monitored = [m["eval_loss"] for m in read_metrics(tmp_path / "run") if "eval_loss" in m]
+    assert len(monitored) == 2 and monitored[1] < monitored[0]
+    results = evaluate(tmp_path / "run", ["qa"], experiment.eval, corpus)
+    qa = json.loads((tmp_path / "run" / "eval" / "qa.json").read_text())
+    assert qa == json.loads(json.dumps(results["qa"]))
+    for split in ("train", "test"):
+        assert qa[split]["n"] == 30  # 5 people x 6 attributes
+        assert set(qa[split]["per_attribute"]) == {"birth_date", "birth_city", "university",
+                                                   "major", "employer", "company_city"}
+        assert 0.0 <= qa[split]["exact"] <= qa[split]["first_token"] <= 1.0
+    assert (tmp_path / "run" / "eval" / "qa.png").stat().st_size > 1000
+
+
+def test_two_process_zero2_run_trains_and_checkpoints(corpus, tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: ddp\nmodel:\n  n_layer: 2\n  n_head: 2\n  d_model: 32\n"
+                   "train:\n  ctx: 64\n  micro_batch: 2\n  max_steps: 4\n  ckpt_every: 2\n"
+                   "  zero_stage: 2\n  log_every: 1\n  wandb:\n    mode: disabled\n")
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_port=29533", "-m", "launch.cli", "train", str(exp), "--corpus", str(corpus),
+         "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-000004"
+    assert (checkpoint / "data-rank0.json").exists() and (checkpoint / "data-rank1.json").exists()
+    assert len(_losses(tmp_path / "run")) == 4

@@ -1,0 +1,163 @@
+"""Experiment configs: one YAML composing the corpus, model, train and eval groups.
+
+Each group is either a name (a file under configs/<group>/) or a mapping, optionally starting
+from a file with `base: <name>`; dotted overrides (`model.n_layer=8 train.lr=3e-4`) come last.
+Every group is validated against its dataclass schema, and errors name key, value and file.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from corpus_gen.core.config import (
+    COMMAND_LINE,
+    CorpusConfig,
+    build_config,
+    corpus_config,
+    parse_overrides,
+    read_yaml,
+    require,
+)
+from corpus_gen.core.errors import ConfigError
+from corpus_gen.core.registry import schemas
+from trainer.model.config import ModelConfig
+
+CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
+GROUPS = ("corpus", "model", "train", "eval")
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"  # online | offline | disabled
+    project: str = "physlm"
+    entity: str | None = None
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    max_steps: int = 1000
+    ctx: int = 512  # tokens per window; the model's context
+    micro_batch: int = 8  # windows per rank per micro-step
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    zero_stage: int = 0
+    doc_mask: bool = True  # attention confined to each document
+    restart_positions: bool = True  # position ids restart per document
+    split_documents: bool = True  # documents may continue into the next window
+    shuffle_shards: bool = True
+    log_every: int = 10
+    eval_every: int = 0  # steps between monitoring losses on fixed windows (0: off)
+    eval_batches: int = 4
+    ckpt_every: int = 500
+    keep_last: int = 2
+    resume: str = "auto"  # auto: continue the latest checkpoint if any | none
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def validate(self) -> None:
+        for key in ("max_steps", "ctx", "micro_batch", "grad_accum", "log_every", "ckpt_every",
+                    "keep_last", "eval_batches"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.lr > 0, "lr", self.lr, "must be > 0")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
+        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
+        require(self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision,
+                "must be fp32, bf16 or fp16")
+        require(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "must be 0-3")
+        require(self.resume in ("auto", "none"), "resume", self.resume, "must be auto or none")
+        require(self.wandb.mode in ("online", "offline", "disabled"), "wandb.mode",
+                self.wandb.mode, "must be online, offline or disabled")
+
+
+@dataclass
+class QAEvalConfig:
+    max_people: int = 0  # people per split to evaluate (0: all)
+    batch_size: int = 64
+    splits: list[str] = field(default_factory=lambda: ["test", "train"])
+
+
+@dataclass
+class EvalConfig:
+    tasks: list[str] = field(default_factory=lambda: ["qa"])
+    qa: QAEvalConfig = field(default_factory=QAEvalConfig)
+
+    def validate(self) -> None:
+        require(self.qa.batch_size >= 1, "qa.batch_size", self.qa.batch_size, "must be >= 1")
+        for split in self.qa.splits:
+            require(split in ("train", "test"), "qa.splits", split, "must be train or test")
+
+
+@dataclass
+class Experiment:
+    name: str
+    corpus: CorpusConfig | None  # None: the experiment trains on a corpus directory it is given
+    corpus_name: str  # the corpus config's name, for the corpus cache directory
+    model: ModelConfig
+    train: TrainConfig
+    eval: EvalConfig
+    source: str  # the experiment file
+
+
+class _ModelSchema(ModelConfig):
+    """ModelConfig whose validate() errors become ConfigErrors naming the field."""
+
+    def validate(self) -> None:
+        try:
+            super().validate()
+        except ValueError as exc:  # ModelConfig says "field=value: reason"
+            field_name, _, rest = str(exc).partition("=")
+            reason = rest.partition(": ")[2] or str(exc)
+            raise ConfigError(field_name, getattr(self, field_name, None), reason) from None
+
+
+def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
+    """The config layers a group's entry stands for, and the group's name."""
+    if isinstance(value, str):
+        path = CONFIG_ROOT / group / f"{value}.yaml"
+        return [(read_yaml(path), str(path))], value
+    if value is None:
+        return [], "default"
+    if not isinstance(value, DictConfig):
+        raise ConfigError(group, value, "must be a config name or a mapping", source)
+    layers, name = [], "inline"
+    body = OmegaConf.masked_copy(value, [k for k in value if k != "base"])
+    if "base" in value:
+        path = CONFIG_ROOT / group / f"{value.base}.yaml"
+        layers.append((read_yaml(path), str(path)))
+        name = str(value.base)
+    layers.append((body, source))
+    return layers, name
+
+
+def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
+    source = str(path)
+    given = read_yaml(path)
+    cli = parse_overrides(overrides)
+    unknown = [k for k in list(given) + list(cli) if k not in (*GROUPS, "name")]
+    if unknown:
+        raise ConfigError(unknown[0], None, f"unknown experiment key; expected {GROUPS}",
+                          source if unknown[0] in given else COMMAND_LINE)
+    layers, names = {}, {}
+    for group in GROUPS:
+        layers[group], names[group] = _group_layers(group, given.get(group), source)
+        if group in cli:
+            layers[group].append((cli[group], COMMAND_LINE))
+    corpus = (corpus_config(layers["corpus"], schemas(), prefix="corpus.")
+              if layers["corpus"] else None)  # optional when training on a given corpus dir
+    return Experiment(
+        name=str(cli.get("name", given.get("name", Path(path).stem))),
+        corpus=corpus,
+        corpus_name=names["corpus"],
+        model=build_config(_ModelSchema, layers["model"] or [({}, source)], "model."),
+        train=build_config(TrainConfig, layers["train"] or [({}, source)], "train."),
+        eval=build_config(EvalConfig, layers["eval"] or [({}, source)], "eval."),
+        source=source,
+    )

@@ -1,0 +1,347 @@
+"""Packed training batches from a physlm corpus directory, resumable batch for batch.
+
+Packing. An epoch's documents, each followed by EOS, form one token stream. With
+`split_documents` the stream is cut into windows of ctx+1 tokens overlapping by one (window k is
+stream[k*ctx : k*ctx+ctx+1]; inputs w[:-1], labels w[1:]), so every token but the first is a
+label exactly once and a document may run on into the next window. Without it each window holds
+whole documents, greedily in order, padded with EOS that never counts; packing restarts at each
+shard so that a shard's window count is a fixed number.
+
+Order and ranks. Epoch e reads the shards in an order drawn from (seed, e), or in manifest order.
+- At least as many shards as ranks: rank r reads shards r, r+W, ... of the epoch's order; the last
+  len % W shards of that order sit the epoch out (different ones each epoch when shuffled).
+- Fewer shards than ranks: every rank reads all shards and keeps window w iff w % W == r.
+Every rank yields `batches_in_epoch(e)` batches, the most that the emptiest rank can fill (its
+tail windows are dropped), so no rank waits in a collective for one that ran out.
+
+State. `state_dict()` is (epoch, batches yielded in it) plus the settings that shape the stream.
+It holds no tokens: the position of the next window (shard, sample, token) is recomputed from
+the manifest's per-shard token counts, so the state is the same on every rank (DeepSpeed keeps
+rank 0's client state) and `load_state_dict` then iteration yields exactly the batches an
+uninterrupted run would have yielded next.
+"""
+
+import json
+import mmap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from corpus_gen.core.manifest import FORMAT, MANIFEST
+
+IGNORE_INDEX = -100  # label of a position that does not count (torch's cross_entropy default)
+_CHUNK = 1024  # documents turned into stream arrays at a time: bounds memory on big shards
+_BLOCK = 512  # tar header and padding unit
+_NPY_MAGIC = b"\x93NUMPY\x01\x00"  # npy format 1.0, what the shard writer produces
+_PEEK = _BLOCK + 256  # a member's header plus its npy header (128 bytes from our writer)
+
+Window = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens, loss mask, document-start flags
+
+
+@dataclass
+class DataConfig:
+    ctx: int = 512  # tokens per training window
+    micro_batch: int = 8  # windows per micro-batch on each rank
+    doc_mask: bool = True  # attention confined to each document
+    restart_positions: bool = True  # position ids restart at 0 at each document
+    split_documents: bool = True  # a document may continue into the next window
+    shuffle_shards: bool = True  # shard order drawn from (seed, epoch)
+    seed: int = 0
+
+
+@dataclass
+class _Shard:
+    """A memory-mapped shard indexed by walking its tar headers: token ids and masks are read in
+    place and the json members are never decoded. Sample i has `lengths[i]` tokens."""
+
+    path: Path
+    keys: list[str]
+    lengths: np.ndarray
+    ids_at: list[int]
+    mask_at: list[int]
+    buffer: mmap.mmap
+    dtype: np.dtype
+
+    @classmethod
+    def open(cls, path: Path, dtype: np.dtype) -> "_Shard":
+        with open(path, "rb") as f:
+            try:
+                buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # an empty file cannot be mapped
+                raise ValueError(f"{path}: empty; run physlm verify") from None
+        # per npy member kind: item type and the header entry that proves it
+        kinds = {ext: (t, f"'descr': '{t.str}'".encode())
+                 for ext, t in ((b"ids.npy", dtype), (b"mask.npy", np.dtype(np.uint8)))}
+        found: dict[bytes, list[tuple[int, int]]] = {ext: [] for ext in kinds}
+        keys = []
+        at = 0
+        while at + _BLOCK <= len(buffer) and buffer[at]:  # two zero blocks end the archive
+            header = buffer[at : at + _PEEK]  # tar header, then the start of the member's data
+            try:
+                size = int(header[124:136].rstrip(b"\0 "), 8)
+            except ValueError:
+                raise ValueError(f"{path}: corrupt tar header at byte {at}") from None
+            name = header[:100].rstrip(b"\0")
+            key, _, ext = name.partition(b".")
+            if ext in kinds:
+                item, descr = kinds[ext]
+                npy_len = 10 + int.from_bytes(header[_BLOCK + 8 : _BLOCK + 10], "little")
+                if not header.startswith(_NPY_MAGIC, _BLOCK) or header.find(
+                        descr, _BLOCK, _BLOCK + npy_len) < 0:
+                    raise ValueError(f"{path}: {name.decode()} is not a 1-D {item.str} npy array")
+                found[ext].append((at + _BLOCK + npy_len, (size - npy_len) // item.itemsize))
+                if ext == b"ids.npy":
+                    keys.append(key.decode())
+            at += _BLOCK + -(-size // _BLOCK) * _BLOCK
+        if at > len(buffer):
+            raise ValueError(f"{path}: truncated; run physlm verify")
+        ids, masks = found[b"ids.npy"], found[b"mask.npy"]
+        if [n for _, n in ids] != [n for _, n in masks]:
+            raise ValueError(f"{path}: ids.npy and mask.npy members do not pair up")
+        lengths = np.array([n for _, n in ids], dtype=np.int64)
+        return cls(path, keys, lengths, [a for a, _ in ids], [a for a, _ in masks], buffer, dtype)
+
+    def stream(self, start: int, stop: int, eos: int) -> Window:
+        """Documents [start, stop), each followed by EOS (which counts in the loss)."""
+        ends = np.cumsum(self.lengths[start:stop] + 1)
+        tokens = np.full(int(ends[-1]), eos, dtype=self.dtype)
+        loss = np.ones(len(tokens), dtype=np.uint8)
+        first = np.zeros(len(tokens), dtype=bool)
+        for i, end in zip(range(start, stop), ends.tolist()):
+            n = int(self.lengths[i])
+            begin = end - 1 - n
+            tokens[begin : end - 1] = np.frombuffer(self.buffer, self.dtype, n, self.ids_at[i])
+            loss[begin : end - 1] = np.frombuffer(self.buffer, np.uint8, n, self.mask_at[i])
+            first[begin] = True
+        return tokens, loss, first
+
+    def parts(self, offset: int, eos: int) -> Iterator[Window]:
+        """The shard's stream from token `offset` on, a chunk of documents at a time."""
+        ends = np.cumsum(self.lengths + 1)
+        doc = int(np.searchsorted(ends, offset, side="right"))
+        skip = offset - (int(ends[doc - 1]) if doc else 0)
+        for start in range(doc, len(self.lengths), _CHUNK):
+            tokens, loss, first = self.stream(start, min(start + _CHUNK, len(self.lengths)), eos)
+            yield tokens[skip:], loss[skip:], first[skip:]
+            skip = 0
+
+
+def _pack(lengths: np.ndarray, ctx: int) -> list[int]:
+    """Greedy in-order packing of whole documents (each + EOS) into windows of ctx+1 tokens:
+    the first document of each window, then len(lengths)."""
+    bounds, used = [], ctx + 1
+    for i, n in enumerate(lengths.tolist()):
+        if used + n + 1 > ctx + 1:
+            bounds.append(i)
+            used = 0
+        used += n + 1
+    return bounds + [len(lengths)]
+
+
+def _read_manifest(root: Path) -> dict:
+    path = root / MANIFEST
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such corpus directory")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found; {root} is not a finished physlm corpus")
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path}: unreadable: {exc}") from None
+    if manifest.get("format") != FORMAT or "shards" not in manifest or "tokenizer" not in manifest:
+        raise ValueError(f"{path}: not a physlm corpus manifest (format {FORMAT})")
+    return manifest
+
+
+class PackedBatches:
+    """Endless micro-batches for one rank: `input_ids`, `labels` (next token, -100 where it does
+    not count), `position_ids` and `doc_ids` (segment index within the window), each [B, T]
+    int64. Iterating advances this object's position; run one iterator at a time."""
+
+    def __init__(self, corpus: str | Path, config: DataConfig, rank: int = 0,
+                 world_size: int = 1):
+        if config.ctx < 1 or config.micro_batch < 1:
+            raise ValueError(f"ctx={config.ctx} and micro_batch={config.micro_batch} must be >= 1")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} is outside world_size={world_size}")
+        self.root, self.config = Path(corpus), config
+        self.rank, self.world_size = rank, world_size
+        manifest = _read_manifest(self.root)
+        tokenizer = manifest["tokenizer"]
+        self.vocab_size, self.eos_id = int(tokenizer["vocab_size"]), int(tokenizer["eos_id"])
+        self._dtype = np.dtype(tokenizer["dtype"])
+        self._fingerprint = manifest.get("fingerprint")
+        self._shards = manifest["shards"]
+        if sum(entry["records"] for entry in self._shards) == 0:
+            raise ValueError(f"{self.root / MANIFEST}: the corpus holds no documents")
+        for entry in self._shards:
+            if not (self.root / entry["name"]).is_file():
+                raise FileNotFoundError(f"{self.root / entry['name']}: shard listed in "
+                                        f"{self.root / MANIFEST} is missing")
+        stream_lengths = [entry["tokens"] + entry["records"] for entry in self._shards]
+        # documents plus their EOS in one pass over the corpus
+        self.tokens_per_epoch = sum(stream_lengths)
+        # what locates a window: stream tokens per shard, or whole-document windows per shard
+        self._extent = np.array(stream_lengths if config.split_documents
+                                else [len(self._whole_bounds(self._open(i))) - 1
+                                      for i in range(len(self._shards))], dtype=np.int64)
+        self._by_shard = len(self._shards) >= world_size
+        self._epoch = self._batch = 0
+        self._batches(0)  # a corpus too small for one batch fails here, not at the first step
+
+    # ---- order and counts -------------------------------------------------------------------
+
+    def _rank_shards(self, epoch: int) -> list[list[int]]:
+        """The shard indices each rank reads in `epoch`, in reading order."""
+        n, world = len(self._shards), self.world_size
+        order = (np.random.default_rng([self.config.seed, epoch]).permutation(n)
+                 if self.config.shuffle_shards else np.arange(n))
+        if not self._by_shard:
+            return [order.tolist()] * world
+        kept = order[: n - n % world]
+        return [kept[r::world].tolist() for r in range(world)]
+
+    def _windows_in(self, shards: list[int]) -> int:
+        total = int(self._extent[shards].sum())
+        return max(total - 1, 0) // self.config.ctx if self.config.split_documents else total
+
+    def batches_in_epoch(self, epoch: int) -> int:
+        """Batches every rank yields in `epoch` (the same number on all ranks)."""
+        lists = self._rank_shards(epoch)
+        if self._by_shard:
+            windows = min(self._windows_in(shards) for shards in lists)
+        else:
+            windows = self._windows_in(lists[0]) // self.world_size
+        return windows // self.config.micro_batch
+
+    def _batches(self, epoch: int) -> int:
+        batches = self.batches_in_epoch(epoch)
+        if batches == 0:
+            raise ValueError(
+                f"{self.root}: epoch {epoch} has too few tokens for one batch per rank "
+                f"(micro_batch={self.config.micro_batch}, ctx={self.config.ctx}, "
+                f"world_size={self.world_size}, {len(self._shards)} shards)")
+        return batches
+
+    def epoch_shards(self, epoch: int) -> list[str]:
+        """Names of the shards this rank reads in `epoch`, in reading order."""
+        return [self._shards[i]["name"] for i in self._rank_shards(epoch)[self.rank]]
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def _open(self, index: int) -> _Shard:
+        entry = self._shards[index]
+        shard = _Shard.open(self.root / entry["name"], self._dtype)
+        # counts come from the manifest; a shard that disagrees would desynchronise the ranks
+        if len(shard.keys) != entry["records"] or int(shard.lengths.sum()) != entry["tokens"]:
+            raise ValueError(
+                f"{shard.path}: {len(shard.keys)} documents / {int(shard.lengths.sum())} tokens, "
+                f"manifest says {entry['records']} / {entry['tokens']}; run physlm verify")
+        return shard
+
+    def _whole_bounds(self, shard: _Shard) -> list[int]:
+        """Window bounds of `shard` packed whole (see `_pack`); a document over ctx is an error."""
+        ctx = self.config.ctx
+        too_long = np.flatnonzero(shard.lengths > ctx)
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(
+                f"{shard.path}: sample {shard.keys[i]} has {int(shard.lengths[i])} tokens, more "
+                f"than ctx={ctx} allows with split_documents=false; use split_documents=true or "
+                f"a larger ctx")
+        return _pack(shard.lengths, ctx)
+
+    def _locate(self, shards: list[int], at: int) -> tuple[int, int]:
+        """(position in `shards`, offset inside that shard) of extent unit `at`."""
+        ends = np.cumsum(self._extent[shards])
+        i = int(np.searchsorted(ends, at, side="right"))
+        return i, at - (int(ends[i - 1]) if i else 0)
+
+    def _split_windows(self, shards: list[int], first: int) -> Iterator[Window]:
+        """Windows `first`, `first`+1, ... of the stream of `shards`."""
+        ctx = self.config.ctx
+        start, offset = self._locate(shards, first * ctx)
+        held: Window = (np.empty(0, self._dtype), np.empty(0, np.uint8), np.empty(0, bool))
+        for index in shards[start:]:
+            for part in self._open(index).parts(offset, self.eos_id):
+                held = tuple(np.concatenate(pair) for pair in zip(held, part))
+                count = (len(held[0]) - 1) // ctx
+                for k in range(count):
+                    yield tuple(a[k * ctx : k * ctx + ctx + 1] for a in held)
+                held = tuple(a[count * ctx :] for a in held)  # next window starts here
+            offset = 0
+
+    def _whole_windows(self, shards: list[int], first: int) -> Iterator[Window]:
+        """Windows `first`, `first`+1, ... of whole documents, packing each shard on its own."""
+        size = self.config.ctx + 1
+        start, skip = self._locate(shards, first)
+        for index in shards[start:]:
+            shard = self._open(index)
+            bounds = self._whole_bounds(shard)
+            for lo, hi in zip(bounds[skip:-1], bounds[skip + 1 :]):
+                tokens, loss, starts = shard.stream(lo, hi, self.eos_id)
+                n = len(tokens)
+                window = (np.full(size, self.eos_id, self._dtype), np.zeros(size, np.uint8),
+                          np.zeros(size, bool))
+                for out, values in zip(window, (tokens, loss, starts)):
+                    out[:n] = values
+                window[2][n : n + 1] = True  # the padding is a segment of its own
+                yield window
+            skip = 0
+
+    def _collate(self, windows: list[Window]) -> dict[str, torch.Tensor]:
+        tokens, loss, first = (np.stack(column) for column in zip(*windows))
+        tokens = tokens.astype(np.int64)
+        labels = np.where(loss[:, 1:].astype(bool), tokens[:, 1:], IGNORE_INDEX)
+        starts = first[:, :-1].copy()
+        starts[:, 0] = True  # a window opens a segment, even in the middle of a document
+        steps = np.arange(self.config.ctx)
+        doc_ids = (np.cumsum(starts, axis=1) - 1 if self.config.doc_mask
+                   else np.zeros(starts.shape, np.int64))
+        positions = (steps - np.maximum.accumulate(np.where(starts, steps, 0), axis=1)
+                     if self.config.restart_positions else np.broadcast_to(steps, starts.shape))
+        batch = {"input_ids": tokens[:, :-1], "labels": labels, "position_ids": positions,
+                 "doc_ids": doc_ids}
+        return {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.int64))
+                for k, v in batch.items()}
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        make_windows = self._split_windows if self.config.split_documents else self._whole_windows
+        size = self.config.micro_batch
+        stride, offset = (1, 0) if self._by_shard else (self.world_size, self.rank)
+        while True:
+            epoch, start = self._epoch, self._batch
+            batches = self._batches(epoch)
+            shards = self._rank_shards(epoch)[self.rank]
+            windows = islice(make_windows(shards, offset + start * size * stride), 0, None, stride)
+            for b in range(start, batches):
+                batch = self._collate([next(windows) for _ in range(size)])
+                self._epoch, self._batch = (epoch, b + 1) if b + 1 < batches else (epoch + 1, 0)
+                yield batch
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def _identity(self) -> dict:
+        """Everything a saved position depends on besides (epoch, batch)."""
+        c = self.config
+        return {"corpus": self._fingerprint, "ctx": c.ctx, "micro_batch": c.micro_batch,
+                "split_documents": c.split_documents, "shuffle_shards": c.shuffle_shards,
+                "seed": c.seed, "world_size": self.world_size}
+
+    def state_dict(self) -> dict:
+        """The position after the last batch yielded: the next batch is `batch` of `epoch`."""
+        return {"epoch": self._epoch, "batch": self._batch, **self._identity()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in self._identity().items():
+            if state.get(key) != value:
+                raise ValueError(f"data state was saved with {key}={state.get(key)!r}, "
+                                 f"this run has {key}={value!r}")
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or not 0 <= batch < self._batches(epoch):
+            raise ValueError(f"data state epoch={epoch} batch={batch} is outside the corpus")
+        self._epoch, self._batch = epoch, batch

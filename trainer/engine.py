@@ -1,0 +1,257 @@
+"""The training loop: DeepSpeed engine over packed corpus windows, with exact resume.
+
+The loop's pieces live in their own modules (data, checkpoint, schedule, tracking); this file
+wires them: build the model and DeepSpeed engine, resume if asked, step, log, checkpoint, and
+stop with the last good checkpoint intact if the loss stops being finite.
+"""
+
+import json
+import math
+import random
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.manifest import read_manifest
+from trainer import checkpoint
+from trainer.config import Experiment, TrainConfig
+from trainer.data import DataConfig, PackedBatches
+from trainer.distributed import Dist, setup
+from trainer.errors import TrainError
+from trainer.model import GPT, ModelConfig
+from trainer.schedule import lr_factor
+from trainer.tracking import Tracker
+
+# Dense bf16 peak FLOP/s per device, for MFU. CPU has no entry: MFU is reported as null there.
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
+              "L4": 121e12}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
+
+
+def data_config(train: TrainConfig) -> DataConfig:
+    return DataConfig(ctx=train.ctx, micro_batch=train.micro_batch, doc_mask=train.doc_mask,
+                      restart_positions=train.restart_positions,
+                      split_documents=train.split_documents,
+                      shuffle_shards=train.shuffle_shards, seed=train.seed)
+
+
+def model_for_corpus(model: ModelConfig, train: TrainConfig, manifest: dict) -> ModelConfig:
+    return replace(ModelConfig(**asdict(model)), vocab_size=manifest["tokenizer"]["vocab_size"],
+                   ctx=train.ctx)
+
+
+def ds_config(train: TrainConfig) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": train.micro_batch,
+        "gradient_accumulation_steps": train.grad_accum,
+        "gradient_clipping": train.grad_clip,
+        "zero_optimization": {"stage": train.zero_stage},
+        "bf16": {"enabled": train.precision == "bf16"},
+        "fp16": {"enabled": train.precision == "fp16", "initial_scale_power": 12},
+        "steps_per_print": 1 << 30,  # we log ourselves
+        "wall_clock_breakdown": False,
+    }
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the counted tokens (labels != -100)."""
+    if not (labels != -100).any():
+        return logits.sum() * 0.0  # nothing counts in this micro-batch: no gradient, no NaN
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1),
+                           ignore_index=-100)
+
+
+def _forward(engine, batch: dict, train: TrainConfig, device: torch.device) -> torch.Tensor:
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    logits = engine(batch["input_ids"], position_ids=batch["position_ids"],
+                    doc_ids=batch["doc_ids"] if train.doc_mask else None)
+    return lm_loss(logits, batch["labels"])
+
+
+def _mean_over_ranks(value: float, device: torch.device) -> float:
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.item() / dist.get_world_size()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
+          on_step: Callable[[int, dict], None] | None = None) -> dict:
+    """Train `experiment` on the corpus in `corpus_dir`; artefacts go to `run_dir`.
+
+    `on_step(step, metrics)` runs after every optimizer step (tests use it to inject faults).
+    Returns the final metrics.
+    """
+    cfg = experiment.train
+    world = setup()
+    manifest = _corpus_manifest(corpus_dir)
+    model_config = model_for_corpus(experiment.model, cfg, manifest)
+    try:
+        model_config.validate()
+        data = PackedBatches(corpus_dir, data_config(cfg), world.rank, world.world_size)
+    except (ValueError, FileNotFoundError) as exc:
+        raise TrainError(str(exc)) from None
+    _seed_everything(cfg.seed)  # identical initial weights on every rank
+    model = GPT(model_config)
+    import deepspeed
+
+    optimizer = torch.optim.AdamW(model.configure_optimizer_groups(cfg.weight_decay), lr=cfg.lr,
+                                  betas=(cfg.beta1, cfg.beta2))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                           lr_scheduler=scheduler, config=ds_config(cfg))
+
+    checkpoints = run_dir / "checkpoints"
+    meta = {"model_config": checkpoint.model_config_dict(model_config),
+            "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+            "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size}
+    start = _resume(engine, data, checkpoints, cfg, meta)
+    if world.rank == 0:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        _write_config(run_dir, experiment, corpus_dir, model_config)
+    tracker = Tracker(run_dir, experiment.name, _flat_config(experiment, corpus_dir),
+                      cfg.wandb.mode, cfg.wandb.project, cfg.wandb.entity,
+                      enabled=world.rank == 0)
+    tracker.forget_after(start)
+    metrics = _loop(engine, data, cfg, world, model, start, checkpoints, meta, tracker, on_step,
+                    corpus_dir)
+    tracker.finish()
+    return metrics
+
+
+def _corpus_manifest(corpus_dir: Path) -> dict:
+    try:
+        return read_manifest(corpus_dir)
+    except CorpusError as exc:
+        raise TrainError(str(exc)) from None
+
+
+def _resume(engine, data: PackedBatches, checkpoints: Path, cfg: TrainConfig,
+            meta: dict) -> int:
+    if cfg.resume != "auto":
+        return 0
+    path = checkpoint.latest_checkpoint(checkpoints)
+    if path is None:
+        return 0
+    checkpoint.check_compatible(path, meta["model_config"], meta["tokenizer_sha256"])
+    step, data_state = checkpoint.load(engine, path)
+    try:
+        data.load_state_dict(data_state)
+    except ValueError as exc:
+        raise TrainError(f"{path}: {exc}") from None
+    return step
+
+
+def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT, start: int,
+          checkpoints: Path, meta: dict, tracker: Tracker, on_step, corpus_dir: Path) -> dict:
+    batches = iter(data)
+    tokens_per_step = cfg.micro_batch * cfg.ctx * cfg.grad_accum * world.world_size
+    flops_per_token = model.flops_per_token()
+    peak = peak_flops(world.device)
+    metrics: dict = {}
+    last_saved = start if start else None
+    # the monitoring windows: the first `eval_batches` of the corpus in manifest order
+    fixed = (PackedBatches(corpus_dir, replace(data_config(cfg), shuffle_shards=False),
+                           world.rank, world.world_size) if cfg.eval_every else None)
+    timer, timed_from = time.perf_counter(), start
+    for step in range(start, cfg.max_steps):
+        engine.train()
+        loss_sum = 0.0
+        for _ in range(cfg.grad_accum):
+            loss = _forward(engine, next(batches), cfg, world.device)
+            engine.backward(loss)
+            engine.step()
+            loss_sum += loss.item()
+        loss_value = _mean_over_ranks(loss_sum / cfg.grad_accum, world.device)
+        done = step + 1
+        if not math.isfinite(loss_value):
+            where = (f"last good checkpoint: {checkpoints / checkpoint.tag(last_saved)}"
+                     if last_saved else "no checkpoint was saved")
+            raise TrainError(f"loss became {loss_value} at step {done}; stopped ({where})")
+        if done % cfg.log_every == 0 or done == cfg.max_steps or done == start + 1:
+            elapsed = time.perf_counter() - timer
+            tokens_per_s = tokens_per_step * (done - timed_from) / max(elapsed, 1e-9)
+            grad_norm = engine.get_global_grad_norm()
+            metrics = {
+                "loss": loss_value,
+                "lr": engine.get_lr()[0],
+                "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                "tokens_per_s": tokens_per_s,
+                "mfu": (flops_per_token * tokens_per_s / (peak * world.world_size)
+                        if peak else None),
+                "memory_gb": _memory_gb(world.device),
+                "tokens": done * tokens_per_step,
+            }
+            if cfg.eval_every and done % cfg.eval_every == 0:
+                metrics["eval_loss"] = _eval_loss(engine, fixed, cfg, world)
+            tracker.log(metrics, done)
+            if world.rank == 0:
+                print(f"step {done:>6} | loss {loss_value:.4f} | lr {metrics['lr']:.2e} | "
+                      f"{tokens_per_s:,.0f} tok/s", flush=True)
+            timer, timed_from = time.perf_counter(), done
+        if done % cfg.ckpt_every == 0 or done == cfg.max_steps:
+            checkpoint.save(engine, checkpoints, done, meta, data.state_dict(), cfg.keep_last)
+            last_saved = done
+            timer, timed_from = time.perf_counter(), done  # saving is not training time
+        if on_step is not None:
+            on_step(done, {"loss": loss_value})
+    return metrics
+
+
+def _eval_loss(engine, fixed: PackedBatches, cfg: TrainConfig, world: Dist) -> float:
+    """Loss on the first `eval_batches` windows of the corpus in manifest order: a fixed
+    monitoring set (bios corpora are memorised, so there is no held-out text to use)."""
+    fixed.load_state_dict({**fixed.state_dict(), "epoch": 0, "batch": 0})
+    engine.eval()
+    total = 0.0
+    with torch.no_grad():
+        for _, batch in zip(range(cfg.eval_batches), fixed):
+            total += _forward(engine, batch, cfg, world.device).item()
+    engine.train()
+    return _mean_over_ranks(total / cfg.eval_batches, world.device)
+
+
+def _write_config(run_dir: Path, experiment: Experiment, corpus_dir: Path,
+                  model_config: ModelConfig) -> None:
+    resolved = OmegaConf.create(_flat_config(experiment, corpus_dir))
+    resolved.model = asdict(model_config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(resolved, run_dir / "config.yaml")
+
+
+def _flat_config(experiment: Experiment, corpus_dir: Path) -> dict:
+    return json.loads(json.dumps({
+        "name": experiment.name,
+        "corpus_dir": str(corpus_dir),
+        "corpus": asdict(experiment.corpus) if experiment.corpus else None,
+        "model": asdict(experiment.model),
+        "train": asdict(experiment.train),
+        "eval": asdict(experiment.eval),
+    }))

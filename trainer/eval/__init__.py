@@ -1,0 +1,1 @@
+"""Evaluation: batched generation with a KV cache, and one module per evaluation task."""

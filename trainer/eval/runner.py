@@ -1,0 +1,75 @@
+"""`physlm eval RUN_DIR --task T`: load the run's latest weights and run evaluation tasks."""
+
+import json
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from corpus_gen.core.io import atomic_write
+from corpus_gen.core.manifest import read_manifest
+from corpus_gen.core.tokenizer import Tokenizer
+from trainer import checkpoint
+from trainer.config import EvalConfig
+from trainer.errors import TrainError
+from trainer.eval.registry import EvalContext, tasks
+from trainer.model import GPT, ModelConfig
+from trainer.tracking import Tracker
+
+
+def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
+    path = checkpoint.latest_checkpoint(run_dir / "checkpoints")
+    if path is None:
+        raise TrainError(f"{run_dir}: no checkpoint to evaluate (checkpoints/latest missing)")
+    saved = torch.load(path / "weights.pt", map_location="cpu", weights_only=False)
+    model = GPT(ModelConfig(**saved["model_config"]))
+    model.load_state_dict(saved["state_dict"])
+    return model.to(device).eval(), checkpoint.read_meta(path)
+
+
+def evaluate(run_dir: Path, task_names: list[str], eval_config: EvalConfig | None = None,
+             corpus_dir: Path | None = None) -> dict:
+    """Run `task_names` on the run's latest checkpoint; write `<run>/eval/<task>.json`."""
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        raise TrainError(f"{run_dir}: not a run directory (no config.yaml)")
+    resolved = OmegaConf.load(config_path)
+    corpus_dir = Path(corpus_dir or resolved.corpus_dir)
+    if eval_config is None:
+        eval_config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig),
+                                                          resolved.eval))
+    known = tasks()
+    for name in task_names:
+        if name not in known:
+            raise TrainError(f"unknown evaluation task {name!r}; known: {sorted(known)}")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, meta = load_model(run_dir, device)
+    manifest = read_manifest(corpus_dir)
+    if manifest["tokenizer"]["sha256"] != meta["tokenizer_sha256"]:
+        raise TrainError(f"{corpus_dir}: its tokenizer differs from the one {run_dir} was "
+                         "trained with")
+    context = EvalContext(model, Tokenizer.load(corpus_dir / "tokenizer.model"), corpus_dir,
+                          run_dir, device)
+    out = run_dir / "eval"
+    out.mkdir(exist_ok=True)
+    tracker = Tracker(run_dir, resolved.name, {}, resolved.train.wandb.mode,
+                      resolved.train.wandb.project, resolved.train.wandb.entity)
+    results = {}
+    for name in task_names:
+        task = known[name]
+        result = {"step": meta["step"], **task.run(context, eval_config)}
+        atomic_write(out / f"{name}.json", (json.dumps(result, indent=1) + "\n").encode())
+        tracker.summary(_flatten(f"eval/{name}", result))
+        if task.plot is not None:
+            task.plot(result, out / f"{name}.png")
+            tracker.log_image(f"eval/{name}", out / f"{name}.png")
+        results[name] = result
+    tracker.finish()
+    return results
+
+
+def _flatten(prefix: str, value) -> dict:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in
+                _flatten(f"{prefix}/{key}", item).items()}
+    return {prefix: value}

@@ -1,0 +1,154 @@
+"""Causal self-attention and its backends: flash_attn, torch SDPA, and an explicit reference.
+
+Token i attends to key j iff j is not after i and, when document ids are given, both carry the
+same id. What that means for one forward pass (a mask, a bias, or flash's document boundaries) is
+built once by `build_mask` and shared by every layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainer.model.positional import Positional
+
+if TYPE_CHECKING:
+    from trainer.model.config import ModelConfig
+    from trainer.model.gpt import KVCache
+
+try:
+    from flash_attn import flash_attn_func, flash_attn_varlen_func
+except ImportError:  # optional: the [gpu] extra
+    flash_attn_func = flash_attn_varlen_func = None
+
+HAVE_FLASH = flash_attn_func is not None
+
+
+@dataclass
+class AttentionMask:
+    """Which keys each query sees in one forward pass, in the form its backend takes.
+
+    sdpa and math: `tensor` is None (plain causal), a bool mask (True: may attend) or a float bias
+    added to the scores (-inf where not allowed). flash_attn: document boundaries of the flattened
+    batch (None: one sequence per row) and ALiBi slopes.
+    """
+
+    backend: str
+    tensor: Tensor | None = None
+    cu_seqlens: Tensor | None = None
+    max_seqlen: int = 0
+    alibi_slopes: Tensor | None = None
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype attention runs in: autocast's when autocast is on, else x's."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+
+
+def pick_backend(requested: str, positional: Positional, x: Tensor, cached: bool) -> str:
+    """flash_attn where requested (or auto) and able to run this pass, else sdpa (or math).
+
+    Flash needs CUDA tensors in fp16/bf16; KV-cache steps (decoding) always go through sdpa.
+    """
+    if requested == "math":
+        return "math"
+    flash_able = (HAVE_FLASH and positional.flash_compatible and x.is_cuda and not cached
+                  and compute_dtype(x) in (torch.float16, torch.bfloat16))
+    return "flash_attn" if requested != "sdpa" and flash_able else "sdpa"
+
+
+def build_mask(backend: str, positional: Positional, q_pos: Tensor, k_pos: Tensor,
+               q_doc: Tensor | None, k_doc: Tensor | None, dtype: torch.dtype) -> AttentionMask:
+    """Prepare one forward pass's mask. q_pos/q_doc belong to the new tokens, k_pos/k_doc to all
+    keys in order (cached then new); each is [B, T] or [1, T]. No doc ids: one document."""
+    if backend == "flash_attn":
+        return _flash_mask(positional, q_doc, q_pos.device)
+    bias = positional.bias(q_pos, k_pos)
+    n_q, n_k = q_pos.shape[-1], k_pos.shape[-1]
+    if backend == "sdpa" and bias is None and q_doc is None and n_q == n_k:
+        return AttentionMask("sdpa")  # is_causal=True, the fused kernels' fast path
+    # query t is token n_k - n_q + t of the sequence: it sees keys up to and including itself
+    allowed = (torch.arange(n_k, device=q_pos.device)
+               <= torch.arange(n_k - n_q, n_k, device=q_pos.device)[:, None])  # [Tq, Tk]
+    if q_doc is not None:
+        allowed = allowed & (q_doc[:, None, :, None] == k_doc[:, None, None, :])  # [B, 1, Tq, Tk]
+    if backend == "sdpa" and bias is None:
+        return AttentionMask("sdpa", allowed)
+    scores_dtype = torch.float32 if backend == "math" else dtype
+    additive = torch.where(allowed, 0.0 if bias is None else bias, float("-inf"))
+    return AttentionMask(backend, additive.to(scores_dtype))
+
+
+def _flash_mask(positional: Positional, doc: Tensor | None, device: torch.device) -> AttentionMask:
+    slopes = positional.alibi_slopes(device)
+    if doc is None:
+        return AttentionMask("flash_attn", alibi_slopes=slopes)
+    # a document starts at each row's first token and wherever the id changes
+    starts = torch.ones_like(doc, dtype=torch.bool)
+    starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
+    cu_seqlens = F.pad(starts.flatten().nonzero().flatten(), (0, 1), value=doc.numel()).int()
+    longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+    return AttentionMask("flash_attn", cu_seqlens=cu_seqlens, max_seqlen=longest,
+                         alibi_slopes=slopes)
+
+
+def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, dropout_p: float):
+    """The reference: softmax(q k^T / sqrt(Dh) + mask) v, softmax in fp32."""
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1]) + mask.tensor
+    weights = F.dropout(scores.softmax(dim=-1), dropout_p)
+    return weights.to(v.dtype) @ v
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, dropout_p: float):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.tensor, dropout_p=dropout_p,
+                                          is_causal=mask.tensor is None)
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, dropout_p: float):
+    batch, heads, length, head_dim = q.shape
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # flash takes [B, T, H, Dh]
+    if mask.cu_seqlens is None:
+        y = flash_attn_func(q, k, v, dropout_p=dropout_p, causal=True,
+                            alibi_slopes=mask.alibi_slopes)
+    else:  # packed documents: attend within each [cu_seqlens[i], cu_seqlens[i+1]) span
+        q, k, v = (t.reshape(batch * length, heads, head_dim) for t in (q, k, v))
+        cu, longest = mask.cu_seqlens, mask.max_seqlen
+        y = flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, dropout_p=dropout_p,
+                                   causal=True, alibi_slopes=mask.alibi_slopes)
+        y = y.view(batch, length, heads, head_dim)
+    return y.transpose(1, 2)
+
+
+BACKENDS = {"math": math_attention, "sdpa": sdpa_attention, "flash_attn": flash_attention}
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, positional: Positional):
+        super().__init__()
+        if config.attention == "flash_attn" and not HAVE_FLASH:
+            raise ValueError("attention='flash_attn': flash_attn is not importable (install the "
+                             "[gpu] extra on a CUDA machine) - use attention=auto to fall back")
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.resid_drop = nn.Dropout(config.dropout)
+        # a bound method, not a submodule: GPT owns the positional module, registered once
+        self.rotate = positional.rotate
+
+    def forward(self, x: Tensor, pos: Tensor, mask: AttentionMask, cache: KVCache | None = None,
+                layer: int = 0) -> Tensor:
+        batch, length, width = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.n_head, width // self.n_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, H, T, Dh]
+        q, k = self.rotate(q, k, pos, pos)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        y = BACKENDS[mask.backend](q, k, v, mask, self.dropout if self.training else 0.0)
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(batch, length, width)))

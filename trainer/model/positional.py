@@ -1,0 +1,155 @@
+"""Positional encodings, one small module each, found by name in POSITIONAL.
+
+Every encoding answers the same three questions, and the default answer is "nothing" (NoPE):
+`embed` adds to the token embeddings, `rotate` turns queries and keys, `bias` returns an additive
+attention bias. Positions are explicit tensors ([B, T], or [1, T] shared by the batch) so they
+can restart at each packed document and continue across KV-cache steps. A new encoding is one
+class here with `@register("name")`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from trainer.model.config import ModelConfig
+
+POSITIONAL: dict[str, type[Positional]] = {}
+
+
+def register(name: str):
+    def add(cls: type[Positional]) -> type[Positional]:
+        POSITIONAL[name] = cls
+        return cls
+
+    return add
+
+
+class Positional(nn.Module):
+    """The interface, with identity answers; subclasses override what they change."""
+
+    flash_compatible = True  # flash_attn can run it (rotations and ALiBi slopes only)
+    max_positions: int | None = None  # positions must stay below this, when there is a limit
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive attention bias broadcastable to [B, H, Tq, Tk], or None."""
+        return None
+
+    def alibi_slopes(self, device: torch.device) -> Tensor | None:
+        """Per-head ALiBi slopes (fp32) for flash_attn, which applies them itself."""
+        return None
+
+
+@register("none")
+class NoPE(Positional):
+    """No positional information: causal masking alone tells tokens apart."""
+
+
+@register("learned")
+class Learned(Positional):
+    """GPT-2: a learned vector per absolute position, added to the token embedding."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.table = nn.Embedding(config.ctx, config.d_model)
+        self.max_positions = config.ctx
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        # checked here because an out-of-range index on CUDA is an opaque device assert
+        low, high = (int(v) for v in pos.aminmax())
+        if low < 0 or high >= self.max_positions:
+            raise ValueError(f"position ids span [{low}, {high}]: learned positions cover "
+                             f"[0, ctx={self.max_positions})")
+        return x + self.table(pos)
+
+
+@register("rope")
+class Rotary(Positional):
+    """RoPE (Su et al.): rotate each pair of query/key channels by position x frequency.
+
+    Channels are paired as (i, i + head_dim/2). Frequencies are recomputed in fp32 on every call
+    (a few hundred numbers) rather than stored, so casting the model to bf16 cannot round them.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.head_dim = config.head_dim
+        self.theta = config.rope_theta
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self._rotate(q, q_pos), self._rotate(k, k_pos)
+
+    def _rotate(self, x: Tensor, pos: Tensor) -> Tensor:
+        half = self.head_dim // 2
+        freq = self.theta ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
+        angle = pos[:, None, :, None].float() * freq  # [B, 1, T, half]
+        cos, sin = angle.cos(), angle.sin()
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
+
+
+def alibi_slopes(n_head: int) -> list[float]:
+    """Press et al.'s geometric slopes 2^(-8/n), 2^(-16/n), ... for n a power of two; other
+    head counts take the nearest lower power's slopes plus every other slope of the next one."""
+    low = 2 ** math.floor(math.log2(n_head))
+    slopes = [2 ** (-8 * (i + 1) / low) for i in range(low)]
+    extra = [2 ** (-8 * (i + 1) / (2 * low)) for i in range(0, 2 * low, 2)]
+    return slopes + extra[: n_head - low]
+
+
+@register("alibi")
+class ALiBi(Positional):
+    """ALiBi: each head penalises attention linearly in distance, bias = -slope * (i - j)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.slopes = alibi_slopes(config.n_head)  # a list, not a buffer: bf16 casts round buffers
+
+    def alibi_slopes(self, device: torch.device) -> Tensor:
+        return torch.tensor(self.slopes, dtype=torch.float32, device=device)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).float()  # [B, 1, Tq, Tk]
+        return -self.alibi_slopes(q_pos.device)[:, None, None] * distance
+
+
+@register("relative")
+class RelativeBias(Positional):
+    """T5-style learned relative bias: one scalar per head and distance bucket, shared by layers.
+
+    Causal buckets: distances below relative_buckets // 2 get one bucket each, longer ones share
+    log-spaced buckets up to relative_max_distance, beyond which all distances share the last.
+    """
+
+    flash_compatible = False
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.buckets = config.relative_buckets
+        self.max_distance = config.relative_max_distance
+        self.table = nn.Embedding(config.relative_buckets, config.n_head)
+
+    def bucket(self, distance: Tensor) -> Tensor:
+        exact = self.buckets // 2
+        scale = (self.buckets - exact) / math.log(self.max_distance / exact)
+        # clamp before the log: distances below `exact` take the other branch anyway
+        far = exact + (torch.log(distance.clamp(min=exact).float() / exact) * scale).long()
+        return torch.where(distance < exact, distance, far.clamp(max=self.buckets - 1))
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        # keys ahead of the query are masked anyway; clamping keeps their bucket index valid
+        distance = (q_pos[:, :, None] - k_pos[:, None, :]).clamp(min=0)  # [B, Tq, Tk]
+        return self.table(self.bucket(distance)).permute(0, 3, 1, 2)  # [B, H, Tq, Tk]
