@@ -13,6 +13,7 @@ from corpus_gen.core.generate import generate_corpus
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
+from trainer.model import GPT, ModelConfig
 from trainer.eval.runner import evaluate
 from trainer.tracking import read_metrics
 
@@ -177,3 +178,34 @@ def test_two_process_zero2_run_trains_and_checkpoints(corpus, tmp_path):
     checkpoint = tmp_path / "run" / "checkpoints" / "step-000004"
     assert (checkpoint / "data-rank0.json").exists() and (checkpoint / "data-rank1.json").exists()
     assert len(_losses(tmp_path / "run")) == 4
+
+
+@pytest.mark.parametrize("setting", ["train.zero_stage=1", "train.zero_stage=3",
+                                     "train.precision=bf16"])
+def test_zero_stages_and_bf16_train_and_save_full_weights(corpus, tmp_path, setting):
+    experiment = _experiment(tmp_path, setting, "train.max_steps=3", "train.ckpt_every=3",
+                             "train.grad_accum=2")
+    train(experiment, tmp_path / "run", corpus)
+    losses = [loss for _, loss in _losses(tmp_path / "run")]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    weights = torch.load(tmp_path / "run/checkpoints/step-000003/weights.pt")
+    reference = GPT(ModelConfig(**weights["model_config"])).state_dict()
+    assert {k: v.shape for k, v in weights["state_dict"].items()} == {
+        k: v.shape for k, v in reference.items()}
+
+
+def test_a_corpus_with_another_tokenizer_is_refused(corpus, tmp_path):
+    from corpus_gen.core.config import load_config
+    from corpus_gen.core.registry import schemas
+
+    other = tmp_path / "other"
+    config = load_config(ROOT / "configs/corpus/bios_s_single.yaml",
+                         ["people=40", "tokenizer.vocab_size=600",
+                          "tokenizer.sample_records=100"], schemas())
+    generate_corpus(config, other, progress=False, log=lambda *_: None)
+    train(_experiment(tmp_path, "train.max_steps=2", "train.ckpt_every=2"), tmp_path / "run",
+          corpus)
+    with pytest.raises(TrainError, match="another tokenizer"):
+        train(_experiment(tmp_path, "train.max_steps=4"), tmp_path / "run", other)
+    with pytest.raises(TrainError, match="tokenizer differs"):
+        evaluate(tmp_path / "run", ["qa"], corpus_dir=other)

@@ -101,16 +101,16 @@ def read_meta(path: Path) -> dict:
 def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None:
     """Refuse a checkpoint of another model shape or trained with another tokenizer."""
     meta = read_meta(path)
+    if meta["tokenizer_sha256"] != tokenizer_sha:
+        raise TrainError(f"{path}: checkpoint was trained with another tokenizer "
+                         f"({meta['tokenizer_sha256'][:12]}) than the corpus's "
+                         f"({tokenizer_sha[:12]})")
     saved = meta["model_config"]
     for key in sorted(set(saved) | set(model_config)):
         if saved.get(key) != model_config.get(key):
             raise TrainError(f"{path}: checkpoint has model.{key}={saved.get(key)!r} but the "
                              f"config says {model_config.get(key)!r}; use another run "
                              "directory or resume=none")
-    if meta["tokenizer_sha256"] != tokenizer_sha:
-        raise TrainError(f"{path}: checkpoint was trained with another tokenizer "
-                         f"({meta['tokenizer_sha256'][:12]}) than the corpus's "
-                         f"({tokenizer_sha[:12]})")
 
 
 def load(engine, path: Path) -> tuple[int, dict]:
