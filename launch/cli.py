@@ -9,14 +9,9 @@ from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.verify import verify_corpus
+from trainer.errors import TrainError
 
-USER_ERRORS: tuple[type[Exception], ...] = (CorpusError,)
-try:  # the trainer's errors are user errors too, when the trainer is installed
-    from trainer.errors import TrainError
-
-    USER_ERRORS += (TrainError,)
-except ImportError:  # pragma: no cover
-    pass
+USER_ERRORS = (CorpusError, TrainError)  # reported as one line, exit code 2
 
 
 def _gen(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ from corpus_gen.core.generate import generate_corpus
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
-from trainer.model import GPT, ModelConfig
 from trainer.eval.runner import evaluate
+from trainer.model import GPT, ModelConfig
 from trainer.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,6 @@ rank 0 renames it and points `latest` at it, so a crash mid-save leaves the last
 import json
 import random
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +122,3 @@ def load(engine, path: Path) -> tuple[int, dict]:
                          "number of processes?")
     _set_rng_state(torch.load(path / f"rng-rank{rank}.pt", weights_only=False))
     return read_meta(path)["step"], json.loads(data_file.read_text())
-
-
-def model_config_dict(config) -> dict:
-    return asdict(config)

@@ -129,7 +129,7 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
                                            lr_scheduler=scheduler, config=ds_config(cfg))
 
     checkpoints = run_dir / "checkpoints"
-    meta = {"model_config": checkpoint.model_config_dict(model_config),
+    meta = {"model_config": asdict(model_config),
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
             "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size}
     start = _resume(engine, data, checkpoints, cfg, meta)

@@ -10,7 +10,6 @@ import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import corpus_gen
 from corpus_gen.core.config import CorpusConfig
 from corpus_gen.core.records import Record
 
@@ -39,11 +38,17 @@ def register(family: Family) -> Family:
     return family
 
 
+def import_submodules(package: str, packages_only: bool = False, skip: tuple[str, ...] = ()
+                      ) -> None:
+    """Import every submodule of `package`: how plug-ins (families, tasks) register."""
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if (module.ispkg or not packages_only) and module.name not in skip:
+            importlib.import_module(f"{package}.{module.name}")
+
+
 def families() -> dict[str, Family]:
     if not _FAMILIES:
-        for module in pkgutil.iter_modules(corpus_gen.__path__):
-            if module.ispkg and module.name != "core":
-                importlib.import_module(f"corpus_gen.{module.name}")
+        import_submodules("corpus_gen", packages_only=True, skip=("core",))
     return _FAMILIES
 
 

@@ -5,14 +5,13 @@ A task is a function `(context, eval_config) -> results dict`; the runner writes
 package that call `register` are found automatically.
 """
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from corpus_gen.core.registry import import_submodules
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.model import GPT
 
@@ -43,7 +42,5 @@ def register(task: Task) -> Task:
 
 def tasks() -> dict[str, Task]:
     if not _TASKS:
-        package = importlib.import_module("trainer.eval")
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"trainer.eval.{module.name}")
+        import_submodules("trainer.eval")
     return _TASKS
