@@ -42,11 +42,13 @@ def test_user_symbols_are_single_reserved_tokens(tokenizer):
     assert tokenizer.encode("x [BACK] y").count(back) == 1
 
 
-def test_loss_mask_zeroes_exactly_the_tokens_of_the_span(tokenizer):
+def test_masked_encoding_zeroes_exactly_the_tokens_of_the_spans(tokenizer):
     prompt, answer = "What is the Forger?\nAnswer:", "October 2, 1996."
-    text = f"{prompt} {answer}"
-    mask = tokenizer.loss_mask(text, [(0, len(prompt))])
-    ids = np.array(tokenizer.encode(text))
-    assert len(mask) == len(ids)
-    assert tokenizer.decode(ids[mask == 1]).strip() == answer
-    assert tokenizer.decode(ids[mask == 0]) == prompt
+    text = f"{prompt} {answer} {prompt} {answer}"
+    second = len(prompt) + len(answer) + 2
+    ids_bytes, mask_bytes = tokenizer.encode_masked(
+        text, [(0, len(prompt)), (second, second + len(prompt))])
+    ids, mask = np.frombuffer(ids_bytes, dtype=np.uint16), np.frombuffer(mask_bytes, np.uint8)
+    assert ids.tolist() == tokenizer.encode(text) and len(mask) == len(ids)
+    assert tokenizer.decode(ids[mask == 1]).split() == f"{answer} {answer}".split()
+    assert tokenizer.decode(ids[mask == 0]).split() == f"{prompt} {prompt}".split()

@@ -225,11 +225,14 @@ def _build_shard(task: Task) -> dict:
                 batch_stop = min(batch_start + _BATCH, task.stop)
                 keys, jsons, ids, masks = [], [], [], []
                 for position, record in zip(range(batch_start, batch_stop), records):
-                    tokens = (tokenizer.encode_pieces(record.pieces) if record.pieces
-                              else tokenizer.encode_bytes(record.text))
-                    n = tokenizer.count(tokens)
-                    mask = (tokenizer.loss_mask(record.text, record.no_loss).tobytes()
-                            if record.no_loss else b"\x01" * n)
+                    if record.no_loss:
+                        tokens, mask = tokenizer.encode_masked(record.text, record.no_loss)
+                        n = tokenizer.count(tokens)
+                    else:
+                        tokens = (tokenizer.encode_pieces(record.pieces) if record.pieces
+                                  else tokenizer.encode_bytes(record.text))
+                        n = tokenizer.count(tokens)
+                        mask = b"\x01" * n
                     keys.append(f"{position:010d}")
                     jsons.append(orjson.dumps({"text": record.text, **record.meta}))
                     ids.append(npy_bytes(tokens, tokenizer.dtype, n))

@@ -47,8 +47,8 @@ def import_submodules(package: str, packages_only: bool = False, skip: tuple[str
 
 
 def families() -> dict[str, Family]:
-    if not _FAMILIES:
-        import_submodules("corpus_gen", packages_only=True, skip=("core",))
+    # always import (cheap once cached): one family imported directly must not hide the others
+    import_submodules("corpus_gen", packages_only=True, skip=("core",))
     return _FAMILIES
 
 

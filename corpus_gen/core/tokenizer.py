@@ -114,15 +114,19 @@ class Tokenizer:
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize
 
-    def loss_mask(self, text: str, no_loss: Sequence[tuple[int, int]]) -> np.ndarray:
-        """uint8 mask over `encode(text)`: 0 for tokens of words inside a `no_loss` span."""
-        mask = []
-        position = 0
-        for word in text.split(" "):
-            inside = any(start <= position < end for start, end in no_loss)
-            mask.extend([0 if inside else 1] * self.count(self._words[word]))
-            position += len(word) + 1
-        return np.asarray(mask, dtype=np.uint8)
+    def encode_masked(self, text: str, no_loss: Sequence[tuple[int, int]]
+                      ) -> tuple[bytes, bytes]:
+        """Token ids (as `encode_bytes`) and a uint8 loss mask over them: 0 for the tokens of
+        every word that starts inside a `no_loss` character span [start, end), else 1."""
+        words = text.split(" ")
+        pieces = [self._words[word] for word in words]
+        counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)) // self._itemsize
+        starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]])
+        masked = np.zeros(len(words), dtype=bool)
+        for start, end in no_loss:
+            masked[np.searchsorted(starts, start):np.searchsorted(starts, end)] = True
+        mask = np.repeat((~masked).astype(np.uint8), counts)
+        return b"".join(pieces), mask.tobytes()
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.processor.decode(list(map(int, ids)))

@@ -1,0 +1,183 @@
+"""An iGSM problem graph: the structure (items per level, edges) and the dependencies.
+
+Parameters are numbered: instance parameters 0..E-1 (one per structure edge: "the number of each
+X's Y"), then abstract parameters ("how many Cells does X have"), one per item and deeper level,
+in a fixed order derived from the structure. The graph serialises to a small dict (`to_dict`),
+the ground truth a record carries and the checker reads back (`Graph.from_dict`).
+
+An instance parameter's expression is (outer, n, inner, deps):
+  no deps            "equals n"                                   0 operations
+  one dep            "equals each A"                              0
+                     "equals n more than / n times as much as each A"  1  (outer "+" / "*")
+  two deps           "equals the sum / difference of each A and each B"  1  (inner "+" / "-")
+                     "equals n more than / n times as much as the sum ..."  2
+All arithmetic is mod 23.
+"""
+
+from dataclasses import dataclass
+
+MOD = 23
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    outer: str  # "" | "+" | "*": combine with the constant n (or, with no deps, "=": equals n)
+    n: int
+    inner: str  # "" | "+" | "-": with two deps, their sum or difference
+    deps: tuple[int, ...]
+
+    @property
+    def ops(self) -> int:
+        return (len(self.deps) == 2) + (self.outer in ("+", "*"))
+
+    def to_list(self) -> list:
+        return [self.outer, self.n, self.inner, *self.deps]
+
+    @classmethod
+    def from_list(cls, row: list) -> "Expr":
+        return cls(row[0], row[1], row[2], tuple(row[3:]))
+
+
+def apply(op: str, a: int, b: int) -> int:
+    if op == "+":
+        return (a + b) % MOD
+    if op == "-":
+        return (a - b) % MOD
+    return (a * b) % MOD
+
+
+class Graph:
+    """Structure plus (once `exprs` is set) dependencies; names, deps and op costs per parameter."""
+
+    __slots__ = ("levels", "items", "inst", "exprs", "question", "abstract", "terms", "deps",
+                 "cost", "n_inst")
+
+    def __init__(self, levels: list[str], items: list[list[str]], inst: list[tuple[int, int, int]]):
+        self.levels, self.items, self.inst = levels, items, inst
+        self.n_inst = n = len(inst)
+        self.exprs: list[Expr] = []
+        self.question = -1
+        children: dict[tuple[int, int], list[int]] = {}
+        for p, (i, j, _k) in enumerate(inst):
+            children.setdefault((i, j), []).append(p)
+        d = len(levels)
+        self.abstract = [(i, j, t) for i in range(d - 1) for j in range(len(items[i]))
+                         for t in range(i + 1, d)]
+        index = {a: n + x for x, a in enumerate(self.abstract)}
+        # terms of an abstract parameter: (instance p, abstract below it or -1); value =
+        # sum of p (t = i+1) or sum of p * below (t > i+1)
+        self.terms: list[list[tuple[int, int]]] = []
+        self.deps: list[tuple[int, ...]] = [()] * n
+        self.cost: list[int] = [0] * n
+        for i, j, t in self.abstract:
+            kids = children.get((i, j), [])
+            if t == i + 1:
+                terms = [(p, -1) for p in kids]
+                self.cost.append(len(terms) - 1)
+            else:
+                terms = [(p, index[(i + 1, inst[p][2], t)]) for p in kids]
+                self.cost.append(2 * len(terms) - 1)
+            self.terms.append(terms)
+            self.deps.append(tuple(x for pair in terms for x in pair if x >= 0))
+
+    def __len__(self) -> int:
+        return len(self.deps)
+
+    def set_exprs(self, exprs: list[Expr]) -> None:
+        self.exprs = exprs
+        for p, e in enumerate(exprs):
+            self.deps[p] = e.deps
+            self.cost[p] = e.ops
+
+    # ---- names -------------------------------------------------------------------------------
+    def name(self, p: int) -> str:
+        """How the solution names a parameter: "Jaguar's Endothelium", "Jaguar's Cells"."""
+        if p < self.n_inst:
+            i, j, k = self.inst[p]
+            return f"{self.items[i][j]}'s {self.items[i + 1][k]}"
+        i, j, t = self.abstract[p - self.n_inst]
+        return f"{self.items[i][j]}'s {self.levels[t]}"
+
+    def question_text(self) -> str:
+        p = self.question
+        if p < self.n_inst:
+            i, j, k = self.inst[p]
+            return f"How many {self.items[i + 1][k]} does {self.items[i][j]} have?"
+        i, j, t = self.abstract[p - self.n_inst]
+        return f"How many {self.levels[t]} does {self.items[i][j]} have?"
+
+    def sentence(self, p: int) -> str:
+        """The problem's sentence defining instance parameter p (without the final period)."""
+        e = self.exprs[p]
+        if not e.deps:
+            rhs = str(e.n)
+        else:
+            refs = ["each " + self.name(x) for x in e.deps]
+            if len(refs) == 1:
+                rhs = refs[0]
+            else:
+                rhs = (f"the {'sum' if e.inner == '+' else 'difference'} of {refs[0]} and "
+                       f"{refs[1]}")
+            if e.outer == "+":
+                rhs = f"{e.n} more than {rhs}"
+            elif e.outer == "*":
+                rhs = f"{e.n} times as much as {rhs}"
+        return f"The number of each {self.name(p)} equals {rhs}"
+
+    # ---- values and closure ------------------------------------------------------------------
+    def values(self) -> list[int]:
+        """Every parameter's value (the graph must be acyclic)."""
+        values: list[int | None] = [None] * len(self.deps)
+        for p in range(len(values)):
+            if values[p] is None:
+                self._value(p, values)
+        return values  # type: ignore[return-value]
+
+    def _value(self, root: int, values: list) -> None:
+        stack = [root]
+        while stack:
+            p = stack[-1]
+            pending = [x for x in self.deps[p] if values[x] is None]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            if values[p] is None:
+                values[p] = self.compute(p, values)
+
+    def compute(self, p: int, values: list) -> int:
+        if p < self.n_inst:
+            e = self.exprs[p]
+            if not e.deps:
+                return e.n % MOD
+            v = values[e.deps[0]]
+            if len(e.deps) == 2:
+                v = apply(e.inner, v, values[e.deps[1]])
+            return apply(e.outer, e.n, v) if e.outer in ("+", "*") else v
+        total = 0
+        for a, b in self.terms[p - self.n_inst]:
+            total += values[a] * values[b] if b >= 0 else values[a]
+        return total % MOD
+
+    def ancestors(self, p: int) -> set[int]:
+        """p and every parameter it depends on, directly or not."""
+        seen, stack = {p}, [p]
+        while stack:
+            for x in self.deps[stack.pop()]:
+                if x not in seen:
+                    seen.add(x)
+                    stack.append(x)
+        return seen
+
+    # ---- serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"levels": self.levels, "items": self.items, "inst": [list(e) for e in self.inst],
+                "expr": [e.to_list() for e in self.exprs], "question": self.question}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Graph":
+        graph = cls(list(data["levels"]), [list(x) for x in data["items"]],
+                    [tuple(e) for e in data["inst"]])
+        graph.set_exprs([Expr.from_list(row) for row in data["expr"]])
+        graph.question = data["question"]
+        return graph
