@@ -41,6 +41,5 @@ def register(task: Task) -> Task:
 
 
 def tasks() -> dict[str, Task]:
-    if not _TASKS:
-        import_submodules("trainer.eval")
+    import_submodules("trainer.eval")  # cheap once cached; finds every task module
     return _TASKS
