@@ -85,14 +85,31 @@ class QAEvalConfig:
 
 
 @dataclass
+class IgsmEvalConfig:
+    sets: list[str] = field(default_factory=list)  # eval/<set>.jsonl; empty: every igsm_* set
+    max_problems: int = 0  # problems per set to evaluate (0: all)
+    batch_size: int = 32
+    max_new_tokens: int = 768  # tokens per solution (learned positions: also the last one)
+
+
+@dataclass
 class EvalConfig:
     tasks: list[str] = field(default_factory=lambda: ["qa"])
     qa: QAEvalConfig = field(default_factory=QAEvalConfig)
+    igsm: IgsmEvalConfig = field(default_factory=IgsmEvalConfig)
 
     def validate(self) -> None:
         require(self.qa.batch_size >= 1, "qa.batch_size", self.qa.batch_size, "must be >= 1")
         for split in self.qa.splits:
             require(split in ("train", "test"), "qa.splits", split, "must be train or test")
+        for key in ("batch_size", "max_new_tokens"):
+            value = getattr(self.igsm, key)
+            require(value >= 1, f"igsm.{key}", value, "must be >= 1")
+        require(self.igsm.max_problems >= 0, "igsm.max_problems", self.igsm.max_problems,
+                "must be >= 0 (0: all)")
+        for name in self.igsm.sets:
+            require(name.startswith("igsm_") and "/" not in name, "igsm.sets", name,
+                    "must name an iGSM eval set, e.g. igsm_test or igsm_op20")
 
 
 @dataclass
