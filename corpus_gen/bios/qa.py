@@ -37,8 +37,9 @@ def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
 
 
 def eval_rows(person: dict, split: str) -> list[dict]:
+    name = full_name(person)
     return [
-        {"person": person["id"], "name": full_name(person), "split": split, "attribute": a,
+        {"person": person["id"], "name": name, "split": split, "attribute": a,
          "question": question, "prompt": question + ANSWER_CUE, "answer": answer}
         for a, question, answer in qa_pairs(person)
     ]

@@ -5,7 +5,9 @@ number of worker processes writes the same bytes. A rerun keeps every file whose
 still verifies and regenerates the rest; the manifest is written last.
 """
 
+import functools
 import hashlib
+import itertools
 import multiprocessing
 import sys
 import time
@@ -29,13 +31,14 @@ from corpus_gen.core.manifest import (
     record_progress,
     write_json,
 )
+from corpus_gen.core.records import Record
 from corpus_gen.core.registry import Family, Layout, get_family
 from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
 
 TOKENIZER = "tokenizer.model"
 _SAMPLE_CHUNKS = 64  # the tokenizer sample is taken from this many places along the stream
-_BATCH = 1024  # documents whose tar headers are built together
+_BATCH = 256  # documents handled together; a batch's objects and bytes (~1 MB) stay in cache
 
 
 @dataclass(frozen=True)
@@ -218,32 +221,41 @@ def _build_shard(task: Task) -> dict:
     lengths: list[int] = []
     path = Path(task.out) / task.name
     with atomic_path(path) as tmp:
-        with open(tmp, "wb", buffering=1 << 20) as f:
+        # a batch arrives as one chunk larger than this buffer, so it goes through uncopied
+        with open(tmp, "wb", buffering=1 << 16) as f:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
             for batch_start in range(task.start, task.stop, _BATCH):
-                batch_stop = min(batch_start + _BATCH, task.stop)
-                keys, jsons, ids, masks = [], [], [], []
-                for position, record in zip(range(batch_start, batch_stop), records):
-                    if record.no_loss:
-                        tokens, mask = tokenizer.encode_masked(record.text, record.no_loss)
-                        n = tokenizer.count(tokens)
-                    else:
-                        tokens = (tokenizer.encode_pieces(record.pieces) if record.pieces
-                                  else tokenizer.encode_bytes(record.text))
-                        n = tokenizer.count(tokens)
-                        mask = b"\x01" * n
-                    keys.append(f"{position:010d}")
-                    jsons.append(orjson.dumps({"text": record.text, **record.meta}))
-                    ids.append(npy_bytes(tokens, tokenizer.dtype, n))
-                    masks.append(npy_bytes(mask, "|u1", n))
-                    lengths.append(n)
+                batch = list(itertools.islice(records, _BATCH))
+                ids, masks, counts = zip(*[_token_members(tokenizer, r) for r in batch])
+                keys = [f"{position:010d}" for position in range(batch_start,
+                                                                  batch_start + len(batch))]
+                jsons = [orjson.dumps({"text": r.text, **r.meta}) for r in batch]
                 writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
+                lengths += counts
             writer.close()
     return {"records": task.stop - task.start, "tokens": sum(lengths),
             "min_tokens": min(lengths), "max_tokens": max(lengths),
             "sha256": sink.digest.hexdigest(), "start": task.start, "stop": task.stop,
             "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
+
+
+def _token_members(tokenizer: Tokenizer, record: Record) -> tuple[bytes, bytes, int]:
+    """The record's `ids.npy` and `mask.npy` members and its number of tokens."""
+    if record.no_loss:
+        tokens, mask = tokenizer.encode_masked(record.text, record.no_loss)
+        n = tokenizer.count(tokens)
+        return npy_bytes(tokens, tokenizer.dtype, n), npy_bytes(mask, "|u1", n), n
+    tokens = (tokenizer.encode_pieces(record.pieces) if record.pieces
+              else tokenizer.encode_bytes(record.text))
+    n = tokenizer.count(tokens)
+    return npy_bytes(tokens, tokenizer.dtype, n), _full_mask(n), n
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _full_mask(n: int) -> bytes:
+    """`mask.npy` of n tokens that all count, shared by the documents of that length."""
+    return npy_bytes(b"\x01" * n, "|u1", n)
 
 
 def _build_eval_set(task: Task) -> dict:
