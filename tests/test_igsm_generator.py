@@ -36,7 +36,9 @@ def igsm_config(tmp_path):
 
 
 def _ops_in(solution: str) -> int:
-    return len(_OPS.findall(solution)) + len(_CONST_OPS.findall(solution))
+    """The official op count of a solution: per step its binary operations, but at least 1."""
+    return sum(max(1, len(_OPS.findall(step)) + len(_CONST_OPS.findall(step)))
+               for step in solution.split(". Define "))
 
 
 @pytest.mark.parametrize("difficulty", ["med", "hard"])
@@ -55,7 +57,8 @@ def test_every_problem_is_solvable_and_its_solution_checks(igsm_config, difficul
         assert meta["steps"][-1] == graph.question
         assert sorted(meta["steps"]) == sorted(graph.ancestors(graph.question))  # only necessary
         solution = record.text.split(" Solution: ")[1]
-        assert _ops_in(solution) == meta["op"]  # one binary operation per clause, op of them
+        # one binary operation per clause; a step without one (constant, copy) counts 1
+        assert _ops_in(solution) == meta["op"]
         assert record.text.endswith(f"Answer: {meta['answer']}.")
         assert record.text == " ".join(record.text.split())
 
@@ -158,11 +161,28 @@ def test_bad_configs_name_the_key(igsm_config, key, value):
 
 
 def test_op_limit_follows_max_edge(igsm_config):
-    assert igsm_config(max_edge=3, op=5).op == 5
-    for key, value in (("op", 6), ("max_op", 6)):
+    assert igsm_config(max_edge=3, op=6).op == 6
+    for key, value in (("op", 7), ("max_op", 7)):
         with pytest.raises(ConfigError) as err:
             igsm_config(max_edge=3, **{key: value})
-        assert err.value.key == key and "at most 5 operations" in str(err.value)
+        assert err.value.key == key and "at most 6 operations" in str(err.value)
+
+
+@pytest.mark.parametrize("max_edge", [2, 3, 4, 6])
+def test_every_op_up_to_the_limit_is_reachable(max_edge):
+    for op in range(1, 2 * max_edge + 1):
+        problem = draw_problem(random.Random(f"{max_edge}-{op}"), max_edge, op)
+        assert problem.op == op == sum(problem.graph.cost[p] for p in problem.order)
+
+
+def test_op_counts_every_step_at_least_once():
+    """The official count: a constant or a copy is a step of one operation."""
+    problem = draw_problem(random.Random(0), 20, 1)
+    assert len(problem.order) == 1 and not problem.graph.deps[problem.order[0]]
+    for n in range(200):
+        problem = draw_problem(random.Random(n), 20, random.Random(n).randint(1, 23))
+        assert all(problem.graph.cost[p] >= 1 for p in problem.order)
+        assert len(problem.order) <= problem.op
 
 
 def test_reask_needs_question_first(igsm_config):

@@ -28,7 +28,8 @@ from corpus_gen.igsm.problem import (
 )
 
 _SPLIT_SCALE = 1_000_000
-_MAX_SPLIT_REJECTS = 100_000
+_MAX_SPLIT_REJECTS = 20_000
+_REJECTS_PER_TARGET = 200
 _EVAL_CHUNK = 4096
 
 
@@ -57,16 +58,22 @@ def _target(config: IgsmConfig, rng: random.Random) -> int:
     return min(rng.randint(1, config.ops_max), rng.randint(1, config.ops_max))
 
 
-def _draw(config: IgsmConfig, rng: random.Random, target: int, split: str | None
+def _draw(config: IgsmConfig, rng: random.Random, op: int | None, split: str | None
           ) -> tuple[Problem, str]:
-    """A problem of `target` ops whose template belongs to `split` (None: any template)."""
-    for _ in range(_MAX_SPLIT_REJECTS):
+    """A problem whose template belongs to `split` (None: any template), of exactly `op`
+    operations, or (op None) of a target drawn by `_target`. The fewest-op templates are so few
+    (op 1 has a single one) that a split may hold none at some target: after
+    `_REJECTS_PER_TARGET` draws without one, the target is drawn again."""
+    for attempt in range(_MAX_SPLIT_REJECTS):
+        if attempt % _REJECTS_PER_TARGET == 0:
+            target = op or _target(config, rng)
         problem = draw_problem(rng, config.edges, target, _hierarchy(config))
         template = template_hash(problem)
         if split is None or is_test_template(template, config.test_fraction) == (split == "test"):
             return problem, template
-    raise CorpusError(f"igsm: no {split} template with op={target} in {_MAX_SPLIT_REJECTS} "
-                      f"draws; change test_fraction={config.test_fraction}")
+    raise CorpusError(f"igsm: no {split} template with op={op or 'any drawn'} in "
+                      f"{_MAX_SPLIT_REJECTS} draws; change op or test_fraction="
+                      f"{config.test_fraction}")
 
 
 def _head(config: IgsmConfig, problem: Problem, rng: random.Random) -> str:
@@ -126,7 +133,7 @@ def records(config: IgsmConfig, start: int, stop: int) -> Iterator[Record]:
     """Training documents at stream positions [start, stop): train templates only."""
     for seed in _seeds(config, "train", start, stop):
         rng = random.Random(seed)
-        problem, template = _draw(config, rng, _target(config, rng), "train")
+        problem, template = _draw(config, rng, None, "train")
         record = document(config, problem, template, rng, retry=True)
         record.meta["split"] = "train"
         yield record
@@ -150,8 +157,7 @@ def _rows(config: IgsmConfig, stream: str, split: str | None, op: int | None
         stop = min(chunk + _EVAL_CHUNK, config.eval_problems)
         for index, seed in zip(range(chunk, stop), _seeds(config, stream, chunk, stop)):
             rng = random.Random(seed)
-            target = op or _target(config, rng)
-            problem, template = _draw(config, rng, target, split)
+            problem, template = _draw(config, rng, op, split)
             record = document(config, problem, template, rng, retry=False)
             prompt, solution = record.text.split(" Solution: ", 1)
             yield {"id": index, "prompt": prompt + " Solution:", "answer": problem.answer,

@@ -5,13 +5,15 @@ X's Y"), then abstract parameters ("how many Cells does X have"), one per item a
 in a fixed order derived from the structure. The graph serialises to a small dict (`to_dict`),
 the ground truth a record carries and the checker reads back (`Graph.from_dict`).
 
-An instance parameter's expression is (outer, n, inner, deps):
+An instance parameter's expression is (outer, n, inner, deps), with its arithmetic operations:
   no deps            "equals n"                                   0 operations
   one dep            "equals each A"                              0
                      "equals n more than / n times as much as each A"  1  (outer "+" / "*")
   two deps           "equals the sum / difference of each A and each B"  1  (inner "+" / "-")
                      "equals n more than / n times as much as the sum ..."  2
-All arithmetic is mod 23.
+A problem's `op` follows the official generator: each parameter its solution computes costs its
+arithmetic operations but at least 1 (a constant or a copy is one step too), so `op` is
+comparable with the papers' op axis. All arithmetic is mod 23.
 """
 
 from dataclasses import dataclass
@@ -47,7 +49,8 @@ def apply(op: str, a: int, b: int) -> int:
 
 
 class Graph:
-    """Structure plus (once `exprs` is set) dependencies; names, deps and op costs per parameter."""
+    """Structure plus (once `exprs` is set) dependencies; names, deps and op costs per parameter
+    (`cost`: the official op count of the step computing it)."""
 
     __slots__ = ("levels", "items", "inst", "exprs", "question", "abstract", "terms", "deps",
                  "cost", "n_inst")
@@ -73,7 +76,7 @@ class Graph:
             kids = children.get((i, j), [])
             if t == i + 1:
                 terms = [(p, -1) for p in kids]
-                self.cost.append(len(terms) - 1)
+                self.cost.append(max(1, len(terms) - 1))
             else:
                 terms = [(p, index[(i + 1, inst[p][2], t)]) for p in kids]
                 self.cost.append(2 * len(terms) - 1)
@@ -87,7 +90,7 @@ class Graph:
         self.exprs = exprs
         for p, e in enumerate(exprs):
             self.deps[p] = e.deps
-            self.cost[p] = e.ops
+            self.cost[p] = max(1, e.ops)
 
     # ---- names -------------------------------------------------------------------------------
     def name(self, p: int) -> str:
