@@ -128,6 +128,14 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, dropou
 BACKENDS = {"math": math_attention, "sdpa": sdpa_attention, "flash_attn": flash_attention}
 
 
+def linear_chunks(x: Tensor, linear: nn.Linear, n: int) -> list[Tensor]:
+    """`linear(x).chunk(n, dim=-1)`, computed as n matmuls on slices of the fused weight: each
+    output is contiguous, so the backward pass needs no activation-sized concatenation (the
+    parameters, and so the checkpoints, stay fused)."""
+    biases = linear.bias.chunk(n) if linear.bias is not None else (None,) * n
+    return [F.linear(x, w, b) for w, b in zip(linear.weight.chunk(n), biases)]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, positional: Positional):
         super().__init__()
@@ -145,8 +153,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, pos: Tensor, mask: AttentionMask, cache: KVCache | None = None,
                 layer: int = 0) -> Tensor:
         batch, length, width = x.shape
-        qkv = self.qkv(x).view(batch, length, 3, self.n_head, width // self.n_head)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, H, T, Dh]
+        q, k, v = (t.view(batch, length, self.n_head, -1).transpose(1, 2)  # each [B, H, T, Dh]
+                   for t in linear_chunks(x, self.qkv, 3))
         q, k = self.rotate(q, k, pos, pos)
         if cache is not None:
             k, v = cache.update(layer, k, v)

@@ -13,6 +13,7 @@ from trainer.model.attention import (
     CausalSelfAttention,
     build_mask,
     compute_dtype,
+    linear_chunks,
     pick_backend,
 )
 from trainer.model.config import ModelConfig
@@ -69,7 +70,7 @@ class MLP(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """Gated MLP: silu(x W_gate) * (x W_up), then down; gate and up share one matmul."""
+    """Gated MLP: silu(x W_gate) * (x W_up), then down; gate and up share one weight."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -78,7 +79,7 @@ class SwiGLU(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.fc(x).chunk(2, dim=-1)
+        gate, up = linear_chunks(x, self.fc, 2)
         return self.drop(self.proj(F.silu(gate) * up))
 
 

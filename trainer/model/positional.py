@@ -80,23 +80,32 @@ class Learned(Positional):
 class Rotary(Positional):
     """RoPE (Su et al.): rotate each pair of query/key channels by position x frequency.
 
-    Channels are paired as (i, i + head_dim/2). Frequencies are recomputed in fp32 on every call
-    (a few hundred numbers) rather than stored, so casting the model to bf16 cannot round them.
+    Channels are paired as (i, i + head_dim/2). Frequencies are computed in fp32 from the
+    positions rather than stored, so casting the model to bf16 cannot round them; the cos and
+    sin of the last positions seen are kept, since every layer (and q and k) rotates by the same
+    position tensor in a forward pass.
     """
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
         self.head_dim = config.head_dim
         self.theta = config.rope_theta
+        self._angles: tuple[Tensor, Tensor, Tensor] | None = None  # (pos, cos, sin)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self._rotate(q, q_pos), self._rotate(k, k_pos)
+        return self._rotate(q, *self._cos_sin(q_pos)), self._rotate(k, *self._cos_sin(k_pos))
 
-    def _rotate(self, x: Tensor, pos: Tensor) -> Tensor:
-        half = self.head_dim // 2
-        freq = self.theta ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
-        angle = pos[:, None, :, None].float() * freq  # [B, 1, T, half]
-        cos, sin = angle.cos(), angle.sin()
+    def _cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        if self._angles is None or self._angles[0] is not pos:  # identity: the same tensor
+            half = self.head_dim // 2
+            freq = self.theta ** (-torch.arange(half, device=pos.device, dtype=torch.float32)
+                                  / half)
+            angle = pos[:, None, :, None].float() * freq  # [B, 1, T, half]
+            self._angles = (pos, angle.cos(), angle.sin())
+        return self._angles[1], self._angles[2]
+
+    @staticmethod
+    def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         x1, x2 = x.float().chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
 
