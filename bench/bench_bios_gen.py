@@ -24,7 +24,8 @@ import webdataset as wds
 from official_bios_peer import run_official_bios
 
 from corpus_gen.core.config import load_config
-from corpus_gen.core.generate import _BATCH, Task, _build_shard, generate_corpus
+from corpus_gen.core.generate import Task, _build_shard, generate_corpus
+from corpus_gen.core.records import BATCH
 from corpus_gen.core.registry import get_family, schemas
 from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer
@@ -79,8 +80,8 @@ def _writers(out: Path, samples: int = 50000) -> tuple[float, float]:
     theirs_seconds = time.perf_counter() - began
     began = time.perf_counter()
     ours = ShardWriter(io.BytesIO())
-    for start in range(0, len(items), _BATCH):  # batches, as the generator writes them
-        batch = items[start : start + _BATCH]
+    for start in range(0, len(items), BATCH):  # batches, as the generator writes them
+        batch = items[start : start + BATCH]
         ours.write_batch([key for key, _ in batch],
                          {ext: [m[ext] for _, m in batch] for ext in batch[0][1]})
     return theirs_seconds, time.perf_counter() - began

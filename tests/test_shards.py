@@ -48,3 +48,26 @@ def test_webdataset_reads_back_every_sample(tmp_path):
     assert samples[9]["json"] == {"text": "9"}
     np.testing.assert_array_equal(samples[9]["ids"], np.arange(10) * 7)
     assert samples[9]["mask"].dtype == np.uint8 and samples[9]["mask"].sum() == 10
+
+
+def test_batches_of_any_size_write_the_bytes_tarwriter_writes():
+    # member sizes around block boundaries, empty members, batches of 1 to 300 samples
+    sizes = [0, 1, 511, 512, 513, 1023, 1024, 1025, 5000]
+    rng = np.random.default_rng(0)
+    samples = [(f"{i:08d}", {ext: bytes(rng.integers(0, 256, size=int(rng.choice(sizes)),
+                                                       dtype=np.uint8))
+                             for ext in ("json", "ids.npy", "mask.npy")}) for i in range(900)]
+    ours, theirs = io.BytesIO(), io.BytesIO()
+    writer, reference = ShardWriter(ours), wds.TarWriter(theirs, encoder=False, mtime=0)
+    at = 0
+    for size in (1, 2, 300, 7, 256, 334):
+        batch = samples[at : at + size]
+        writer.write_batch([key for key, _ in batch],
+                           {ext: [m[ext] for _, m in batch] for ext in ("mask.npy", "json",
+                                                                         "ids.npy")})
+        at += size
+    for key, members in samples:
+        reference.write({"__key__": key, **members})
+    writer.close()
+    reference.close()
+    assert at == len(samples) and ours.getvalue() == theirs.getvalue()

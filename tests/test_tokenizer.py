@@ -3,6 +3,7 @@ import random
 import numpy as np
 import pytest
 
+from corpus_gen.core.records import Units
 from corpus_gen.core.tokenizer import EOS_ID, Tokenizer, train_tokenizer
 
 WORDS = ["Anya", "Briar", "Forger", "was", "born", "on", "October", "2,", "1996.", "She",
@@ -52,3 +53,20 @@ def test_masked_encoding_zeroes_exactly_the_tokens_of_the_spans(tokenizer):
     assert ids.tolist() == tokenizer.encode(text) and len(mask) == len(ids)
     assert tokenizer.decode(ids[mask == 1]).split() == f"{answer} {answer}".split()
     assert tokenizer.decode(ids[mask == 0]).split() == f"{prompt} {prompt}".split()
+
+
+def test_unit_encoding_equals_sentencepiece_on_the_joined_text(tokenizer):
+    rng = random.Random(3)
+    strings = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    units = Units(strings)
+    offsets = np.cumsum([0] + [rng.randint(1, 30) for _ in range(400)])
+    ids = np.array([rng.randrange(len(strings)) for _ in range(offsets[-1])])
+    # two calls: the second finds every unit encoded already (and the table grew in between)
+    for chunk in (ids[: len(ids) // 2], ids):
+        tokens, counts = tokenizer.encode_units(units, chunk)
+        assert tokens.dtype == np.dtype(tokenizer.dtype) and len(counts) == len(chunk)
+        assert tokens.tolist() == tokenizer.processor.encode(" ".join(units.strings[chunk]))
+        ends = np.cumsum(counts)
+        for k in rng.sample(range(len(chunk)), 50):
+            word_tokens = tokens[ends[k] - counts[k] : ends[k]].tolist()
+            assert word_tokens == tokenizer.processor.encode(units.strings[chunk[k]])

@@ -12,24 +12,16 @@ from corpus_gen.bios.config import BiosConfig, parse_variant
 from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
-from corpus_gen.bios.templates import MODES, PLANS, SEP
-from corpus_gen.core.records import Record
+from corpus_gen.bios.templates import MODES, PLANS
+from corpus_gen.bios.units import plan_index, spell, spelling, value_matrix
+from corpus_gen.core.records import BATCH, Batch, Record, UnitBatch, flatten
 from corpus_gen.core.registry import Layout
 from corpus_gen.core.seeding import derive_key, hash_u64, randint
 
 ORDERS = tuple(itertools.permutations(range(len(ATTRIBUTES))))
-PLAN_LISTS = tuple(PLANS[a] for a in ATTRIBUTES)
-_EVAL_CHUNK = 20000
-# Every sentence plan (attribute a, template t, mode m) at _PLAN_START[a] + t * len(MODES) + m,
-# renumbered to take the six attribute values as {0}..{5} and the name as {6}: a document's
-# six plans then join into one format string, rendered by one `str.format` call.
-_PLAN_FORMATS = np.array([plan[mode].format(f"{{{a}}}", "{6}")
-                          for a, plans in enumerate(PLAN_LISTS) for plan in plans
-                          for mode in MODES], dtype=object)
-_PLAN_START = np.cumsum([0] + [len(plans) * len(MODES) for plans in PLAN_LISTS[:-1]])
-_MALE, _FEMALE, _NAME = (MODES.index(mode) for mode in ("male", "female", "name"))
 _ORDER_ARRAY = np.array(ORDERS)
-_BIRTH_DATE = ATTRIBUTES.index("birth_date")
+_MALE, _FEMALE, _NAME = (MODES.index(mode) for mode in ("male", "female", "name"))
+_EVAL_CHUNK = 20000
 
 
 def layout(config: BiosConfig) -> Layout:
@@ -51,10 +43,16 @@ def layout(config: BiosConfig) -> Layout:
 
 def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
     """Documents at stream positions [start, stop)."""
+    return flatten(batches(config, start, stop))
+
+
+def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
+    """Documents at stream positions [start, stop) in batches of at most BATCH: bioS
+    biographies as `UnitBatch`es, QA documents and bioR biographies as records."""
     pools = load_pools(config.data_dir)
     blocks = stream.blocks(config)
     slot = stream.resolve(config, blocks, start, stop)
-    people = person_dicts(draw_people(config.seed, slot.person, pools), pools)
+    drawn = draw_people(config.seed, slot.person, pools)
     doc_index = slot.doc_index(blocks)
     seed = config.seed
     drawn_orders = randint(derive_key(seed, "bios", "order"), doc_index, len(ORDERS))
@@ -65,53 +63,58 @@ def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
     # QA documents and permuted biographies take their drawn order, the others the canonical one
     permute = np.where(celebrity, celebrity_variant.permute, variant.permute)
     order_index = np.where(is_qa | permute, drawn_orders, 0)
-    orders = order_index.tolist()
-    if config.style == "s":
-        bio = np.flatnonzero(~is_qa)
-        choices = np.stack([randint(derive_key(seed, "bios", "template", a), doc_index[bio],
-                                    len(p)) for a, p in zip(ATTRIBUTES, PLAN_LISTS)], axis=1)
-        fullname = np.where(celebrity, celebrity_variant.fullname, variant.fullname)[bio]
-        texts = iter(_bio_s([people[i] for i in bio.tolist()], _ORDER_ARRAY[order_index[bio]],
-                            choices, fullname))
-    else:
+    spelled = ~is_qa if config.style == "s" else np.zeros_like(is_qa)
+    if config.style == "r":
         doc_seeds = hash_u64(derive_key(seed, "bios", "bioR"), doc_index).tolist()
-    qa_train_people, celebrities = config.qa_train_people, config.celebrities
-    for i, (person, b) in enumerate(zip(people, slot.block.tolist())):
-        block = blocks[b]
-        meta = {"kind": block.kind, "copy": block.copy,
-                "split": "train" if person["id"] < qa_train_people else "test",
-                "celebrity": person["id"] < celebrities, "person": person}
-        if block.kind == "qa":
-            text, no_loss = qa_document(person, ORDERS[orders[i]], config.qa_loss == "answer")
-            meta["order"] = ORDERS[orders[i]]
-            yield Record(text, meta, no_loss)
-        elif config.style == "r":
-            yield Record(render_bio_r(person, random.Random(doc_seeds[i])), meta)
-        else:
-            meta["order"] = ORDERS[orders[i]]
-            joined = next(texts)
-            yield Record(joined.replace(SEP, " "), meta, pieces=joined.split(SEP))
+    elif spelled.any():
+        bio = np.flatnonzero(spelled)
+        choices = np.stack([randint(derive_key(seed, "bios", "template", a), doc_index[bio],
+                                    len(PLANS[a])) for a in ATTRIBUTES], axis=1)
+        fullname = np.where(celebrity, celebrity_variant.fullname, variant.fullname)[bio]
+        female = drawn.first[bio] >= pools.male_first_names
+        plans = np.zeros((len(spelled), len(ATTRIBUTES)), dtype=np.int64)
+        plans[bio] = _bio_s_plans(_ORDER_ARRAY[order_index[bio]], choices, female, fullname)
+        values = value_matrix(drawn)
+        units = spelling(config.data_dir)
+    kinds, orders = slot.block.tolist(), order_index.tolist()
+    splits = np.where(slot.person < config.qa_train_people, "train", "test").tolist()
+    celebrities = celebrity.tolist()
+    with_order = [b.kind == "qa" or config.style == "s" for b in blocks]
+    answer_only_loss = config.qa_loss == "answer"
+
+    # batches of BATCH positions, cut again wherever spelled and other documents meet
+    n = len(kinds)
+    cuts = np.union1d(np.arange(0, n, BATCH), np.flatnonzero(np.diff(spelled)) + 1).tolist()
+    for a, b in zip(cuts, cuts[1:] + [n]):
+        people = person_dicts(drawn[a:b], pools)
+        metas = []
+        for i, person in enumerate(people, a):
+            block = blocks[kinds[i]]
+            metas.append({"kind": block.kind, "copy": block.copy, "split": splits[i],
+                          "celebrity": celebrities[i], "person": person})
+            if with_order[kinds[i]]:
+                metas[-1]["order"] = ORDERS[orders[i]]
+        if spelled[a]:
+            yield UnitBatch(units.units, *spell(units, plans[a:b], values[a:b]), metas)
+            continue
+        documents = []
+        for i, person, meta in zip(range(a, b), people, metas):
+            if is_qa[i]:
+                text, no_loss = qa_document(person, ORDERS[orders[i]], answer_only_loss)
+                documents.append(Record(text, meta, no_loss))
+            else:
+                documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])), meta))
+        yield documents
 
 
-def _bio_s(people: list[dict], order: np.ndarray, choice: np.ndarray, fullname: np.ndarray
-           ) -> list[str]:
-    """One biography per person: six sentences, the one of attribute order[i, r] at rank r,
-    from template choice[i, attribute]. The first sentence names the person, the rest use
-    pronouns (or the name again, with `fullname`). Pieces for the tokenizer's cache are joined
-    by SEP. Built for the whole batch at once: plans by numpy indexing, text by `map`."""
-    gender = np.array([_FEMALE if p["gender"] == "female" else _MALE for p in people],
-                      dtype=np.int64)
+def _bio_s_plans(order: np.ndarray, choice: np.ndarray, female: np.ndarray,
+                 fullname: np.ndarray) -> np.ndarray:
+    """The six sentence plans of each biography, in text order: the one of attribute
+    order[i, r] at rank r, from template choice[i, attribute]. The first sentence names the
+    person, the rest use pronouns (or the name again, with `fullname`)."""
     first = np.arange(len(ATTRIBUTES)) == 0
-    mode = np.where(fullname[:, None] | first, _NAME, gender[:, None])
-    plan = (_PLAN_START[order] + np.take_along_axis(choice, order, axis=1) * len(MODES)
-            + mode)
-    formats = map(SEP.join, zip(*_PLAN_FORMATS[plan].T.tolist()))
-    values = [[person[a] for person in people] for a in ATTRIBUTES]
-    # A date is two pieces, "October 2," and "1996": as one, each of the 67,200 dates would be
-    # a piece of its own, mostly new to the tokenizer's cache; the two parts are a few hundred.
-    values[_BIRTH_DATE] = [date.replace(", ", "," + SEP) for date in values[_BIRTH_DATE]]
-    names = [SEP.join((p["first"], p["middle"], p["last"])) for p in people]
-    return list(map(str.format, formats, *values, names))
+    mode = np.where(fullname[:, None] | first, _NAME, np.where(female, _FEMALE, _MALE)[:, None])
+    return plan_index(order, np.take_along_axis(choice, order, axis=1), mode)
 
 
 def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:

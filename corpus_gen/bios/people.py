@@ -5,7 +5,7 @@ distinct names without a set of seen names. Attributes are independent uniform d
 person's index; the company city is the employer's headquarters.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -15,6 +15,8 @@ from corpus_gen.core.seeding import derive_key, feistel_permute, randint
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December")
 ATTRIBUTES = ("birth_date", "birth_city", "university", "major", "employer", "company_city")
+DAYS = 28  # birth days drawn per month: every date exists in every month and year
+FIRST_YEAR, YEARS = 1900, 200  # birth years drawn from [1900, 2100)
 
 
 @dataclass(frozen=True)
@@ -26,12 +28,15 @@ class People:
     middle: np.ndarray
     last: np.ndarray
     month: np.ndarray  # 1-12
-    day: np.ndarray  # 1-28
-    year: np.ndarray  # 1900-2099
+    day: np.ndarray  # 1-DAYS
+    year: np.ndarray  # FIRST_YEAR + [0, YEARS)
     city: np.ndarray
     university: np.ndarray
     major: np.ndarray
     company: np.ndarray
+
+    def __getitem__(self, rows: slice | np.ndarray) -> "People":
+        return People(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
 def draw_people(seed: int, index: np.ndarray, pools: Pools) -> People:
@@ -48,8 +53,8 @@ def draw_people(seed: int, index: np.ndarray, pools: Pools) -> People:
         middle=(code // n_last) % n_middle,
         last=code % n_last,
         month=draw("month", 12) + 1,
-        day=draw("day", 28) + 1,
-        year=draw("year", 200) + 1900,
+        day=draw("day", DAYS) + 1,
+        year=draw("year", YEARS) + FIRST_YEAR,
         city=draw("city", len(pools.cities)),
         university=draw("university", len(pools.universities)),
         major=draw("major", len(pools.majors)),

@@ -6,13 +6,14 @@ exactly once through ``{value}``. ``{value}`` is always preceded by a space and
 followed by a space, a comma or the final period, so that values stay
 whitespace-delimited words after rendering (the tokenizer-level QA relies on it).
 
-Each template is compiled once (``PLANS``) into pieces that recur across people:
-runs of literal words (pronoun baked in), the value with its punctuation, the name's
-words. The generator joins pieces into text, and the tokenizer encodes each distinct
-piece once. ``render_template`` renders one template through the same plan.
+Each template is compiled once (``PLANS``) into terms: runs of literal words (pronoun
+baked in) and the value or the name with the punctuation glued to them. `corpus_gen.bios.units`
+spells biographies from these terms; ``render_template`` renders one template through them.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 BIRTH_DATE: tuple[str, ...] = (
     "{Subj} was born on {value}.",
@@ -355,22 +356,27 @@ _PRONOUNS: dict[str, tuple[str, ...]] = {
     "female": ("She", "she", "Her", "her", "her"),
 }
 MODES = ("male", "female", "name")
-SEP = "\x00"  # marks piece boundaries inside a rendered sentence; becomes a space in the text
 
 
-def compile_pieces(template: str, mode: str) -> str:
-    """A format string rendering `template` as pieces that recur across people, joined by SEP.
+@dataclass(frozen=True)
+class Term:
+    """One piece of a compiled sentence: a run of literal words (`slot` None, the words in
+    `prefix`), or a slot ("value" or "name") with the text glued to it on either side:
+    "({value})." is Term("(", "value", ")."). A sentence is its terms joined by single spaces."""
 
-    `mode` is "male"/"female" (pronouns) or "name" (the full name in the subject slot). Fields:
-    {0} the value, {1} the name with SEP between its words. Pieces are runs of literal words
-    (pronoun included), the value with the punctuation glued to it ("{value}." -> "1996.") and
-    each word of the name, so `format(...).replace(SEP, " ")` is the sentence while
-    `.split(SEP)` gives units a tokenizer can cache. Raises ValueError unless the template has
-    exactly one subject slot, one ``{value}`` and no other placeholder.
+    prefix: str
+    slot: str | None = None
+    suffix: str = ""
+
+
+def compile_plan(template: str, mode: str) -> tuple[Term, ...]:
+    """`template` as terms. `mode` is "male"/"female" (pronouns, baked into the literal runs) or
+    "name" (the full name in the subject slot, with "'s" for a possessive). Raises ValueError
+    unless the template has exactly one subject slot, one ``{value}`` and no other placeholder.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    pieces: list[str] = []
+    terms: list[Term] = []
     run: list[str] = []
     slots: list[str] = []
     for word in template.split(" "):
@@ -388,23 +394,23 @@ def compile_pieces(template: str, mode: str) -> str:
             run.append(prefix + _PRONOUNS[mode][SUBJECT_SLOTS.index(key)] + suffix)
             continue
         if run:
-            pieces.append(" ".join(run))
+            terms.append(Term(" ".join(run)))
             run.clear()
         if key == "value":
-            pieces.append(prefix + "{0}" + suffix)
+            terms.append(Term(prefix, "value", suffix))
         else:
             possessive = _POSSESSIVE[SUBJECT_SLOTS.index(key)]
-            pieces.append(prefix + "{1}" + ("'s" if possessive else "") + suffix)
+            terms.append(Term(prefix, "name", ("'s" if possessive else "") + suffix))
     if run:
-        pieces.append(" ".join(run))
+        terms.append(Term(" ".join(run)))
     if len(slots) != 2 or slots.count("value") != 1:
         raise ValueError(f"template needs one subject slot and one {{value}}: {template!r}")
-    return SEP.join(pieces)
+    return tuple(terms)
 
 
-# Every shipped template compiled: PLANS[attribute][template index][mode] -> format string.
-PLANS: dict[str, tuple[dict[str, str], ...]] = {
-    attribute: tuple({mode: compile_pieces(t, mode) for mode in MODES} for t in group)
+# Every shipped template compiled: PLANS[attribute][template index][mode] -> its terms.
+PLANS: dict[str, tuple[dict[str, tuple[Term, ...]], ...]] = {
+    attribute: tuple({mode: compile_plan(t, mode) for mode in MODES} for t in group)
     for attribute, group in TEMPLATES.items()
 }
 
@@ -413,5 +419,6 @@ def render_template(template: str, *, name: str, gender: str, use_name: bool, va
     """Fill one template: the full name (``name's`` as possessive) or he/she pronouns."""
     if not use_name and gender not in _PRONOUNS:
         raise ValueError(f"gender must be 'male' or 'female', got {gender!r}")
-    plan = compile_pieces(template, "name" if use_name else gender)
-    return plan.format(value, name.replace(" ", SEP)).replace(SEP, " ")
+    fill = {None: "", "value": value, "name": name}
+    return " ".join(t.prefix + fill[t.slot] + t.suffix
+                    for t in compile_plan(template, "name" if use_name else gender))

@@ -7,13 +7,13 @@ still verifies and regenerates the rest; the manifest is written last.
 
 import functools
 import hashlib
-import itertools
 import multiprocessing
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 from tqdm import tqdm
 
@@ -31,14 +31,13 @@ from corpus_gen.core.manifest import (
     record_progress,
     write_json,
 )
-from corpus_gen.core.records import Record
+from corpus_gen.core.records import Batch, Record, UnitBatch
 from corpus_gen.core.registry import Family, Layout, get_family
 from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
 
 TOKENIZER = "tokenizer.model"
 _SAMPLE_CHUNKS = 64  # the tokenizer sample is taken from this many places along the stream
-_BATCH = 256  # documents handled together; a batch's objects and bytes (~1 MB) stay in cache
 
 
 @dataclass(frozen=True)
@@ -217,27 +216,41 @@ def _tokenizer(out: str) -> Tokenizer:
 def _build_shard(task: Task) -> dict:
     family = get_family(task.config.family)
     tokenizer = _tokenizer(task.out)
-    records = family.records(task.config, task.start, task.stop)
     lengths: list[int] = []
+    position = task.start
     path = Path(task.out) / task.name
     with atomic_path(path) as tmp:
         # a batch arrives as one chunk larger than this buffer, so it goes through uncopied
         with open(tmp, "wb", buffering=1 << 16) as f:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
-            for batch_start in range(task.start, task.stop, _BATCH):
-                batch = list(itertools.islice(records, _BATCH))
-                ids, masks, counts = zip(*[_token_members(tokenizer, r) for r in batch])
-                keys = [f"{position:010d}" for position in range(batch_start,
-                                                                  batch_start + len(batch))]
-                jsons = [orjson.dumps({"text": r.text, **r.meta}) for r in batch]
+            for batch in family.document_batches(task.config, task.start, task.stop):
+                texts, metas, ids, masks, counts = _members(tokenizer, batch)
+                keys = [f"{p:010d}" for p in range(position, position + len(metas))]
+                jsons = [orjson.dumps({"text": text, **meta}) for text, meta in zip(texts, metas)]
                 writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
                 lengths += counts
+                position += len(metas)
             writer.close()
     return {"records": task.stop - task.start, "tokens": sum(lengths),
             "min_tokens": min(lengths), "max_tokens": max(lengths),
             "sha256": sink.digest.hexdigest(), "start": task.start, "stop": task.stop,
             "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
+
+
+def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list, list]:
+    """Texts, metas, `ids.npy` and `mask.npy` members and token counts of a batch."""
+    if not isinstance(batch, UnitBatch):
+        ids, masks, counts = zip(*map(functools.partial(_token_members, tokenizer), batch))
+        return [r.text for r in batch], [r.meta for r in batch], ids, masks, list(counts)
+    tokens, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
+    ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
+    counts = np.diff(ends).tolist()
+    data, item = tokens.tobytes(), tokens.itemsize
+    bounds = (ends * item).tolist()
+    ids = [npy_bytes(data[a:b], tokenizer.dtype, n)
+           for a, b, n in zip(bounds, bounds[1:], counts)]
+    return batch.texts(), batch.metas, ids, [_full_mask(n) for n in counts], counts
 
 
 def _token_members(tokenizer: Tokenizer, record: Record) -> tuple[bytes, bytes, int]:
@@ -246,8 +259,7 @@ def _token_members(tokenizer: Tokenizer, record: Record) -> tuple[bytes, bytes, 
         tokens, mask = tokenizer.encode_masked(record.text, record.no_loss)
         n = tokenizer.count(tokens)
         return npy_bytes(tokens, tokenizer.dtype, n), npy_bytes(mask, "|u1", n), n
-    tokens = (tokenizer.encode_pieces(record.pieces) if record.pieces
-              else tokenizer.encode_bytes(record.text))
+    tokens = tokenizer.encode_bytes(record.text)
     n = tokenizer.count(tokens)
     return npy_bytes(tokens, tokenizer.dtype, n), _full_mask(n), n
 
@@ -266,6 +278,6 @@ def _build_eval_set(task: Task) -> dict:
         with open(tmp, "wb", buffering=1 << 20) as f:
             sink = _HashingFile(f)
             for row in rows:
-                sink.write(orjson.dumps(row) + b"\n")
+                sink.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 count += 1
     return {"records": count, "sha256": sink.digest.hexdigest()}

@@ -1,17 +1,20 @@
 """Corpus families plug in here by name; each lives in its own subpackage of corpus_gen.
 
 A family is a schema plus three pure functions of the config: the layout (how many training
-documents), the documents at stream positions [start, stop), and the evaluation sets. Any
-subpackage of corpus_gen (other than core) that calls `register` is found automatically.
+documents), the documents at stream positions [start, stop), and the evaluation sets. A family
+whose documents are spelled in text units also gives them in batches (`UnitBatch`), which the
+shard writer tokenizes a batch at a time. Any subpackage of corpus_gen (other than core) that
+calls `register` is found automatically.
 """
 
 import importlib
+import itertools
 import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from corpus_gen.core.config import CorpusConfig
-from corpus_gen.core.records import Record
+from corpus_gen.core.records import BATCH, Batch, Record
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,16 @@ class Family:
     layout: Callable[[CorpusConfig], Layout]
     records: Callable[[CorpusConfig, int, int], Iterator[Record]]
     eval_sets: Callable[[CorpusConfig], dict[str, Callable[[], Iterator[dict]]]]
+    batches: Callable[[CorpusConfig, int, int], Iterator[Batch]] | None = None
+
+    def document_batches(self, config: CorpusConfig, start: int, stop: int) -> Iterator[Batch]:
+        """The documents at stream positions [start, stop), in batches of at most BATCH."""
+        if self.batches is not None:
+            yield from self.batches(config, start, stop)
+            return
+        records = self.records(config, start, stop)
+        while batch := list(itertools.islice(records, BATCH)):
+            yield batch
 
 
 _FAMILIES: dict[str, Family] = {}

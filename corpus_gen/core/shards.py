@@ -8,6 +8,7 @@ which alone would cap a core at ~5K samples/s; see BENCHMARKS.md for the two sid
 Shards are read back with webdataset.
 """
 
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,7 +38,6 @@ def _header_template() -> np.ndarray:
 
 _TEMPLATE = _header_template()
 _TEMPLATE_SUM = int(_TEMPLATE.sum())  # name and size fields zero, checksum field eight spaces
-_PADDING = tuple(b"\x00" * (-n % BLOCK) for n in range(BLOCK))
 
 
 def _octal_digits(values: np.ndarray, width: int) -> np.ndarray:
@@ -104,17 +104,18 @@ class ShardWriter:
         headers[:, :, _CHECKSUM.start : _CHECKSUM.start + 6] = _octal_digits(
             checksums.ravel(), 6).reshape(n, len(exts), 6)
         headers[:, :, _CHECKSUM.start + 6] = 0  # then NUL and the space already there
-        flat = headers.tobytes()
-        parts: list[bytes] = []
-        at = 0
-        for i in range(n):
-            for column in columns:
-                data = column[i]
-                parts += (flat[at : at + BLOCK], data, _PADDING[len(data) % BLOCK])
-                at += BLOCK
-        chunk = b"".join(parts)
-        self.stream.write(chunk)
-        self.offset += len(chunk)
+        # Every member starts on a block boundary: lay the batch out as blocks, zeroed (that is
+        # the padding), headers placed in one step, each member's data copied in after its header
+        blocks = 1 + (sizes.ravel() + BLOCK - 1) // BLOCK
+        header_at = np.cumsum(blocks) - blocks
+        chunk = np.zeros((int(blocks.sum()), BLOCK), dtype=np.uint8)
+        chunk[header_at] = headers.reshape(-1, BLOCK)
+        view = memoryview(chunk.reshape(-1))
+        data_at = ((header_at + 1) * BLOCK).tolist()
+        for at, data in zip(data_at, itertools.chain.from_iterable(zip(*columns))):
+            view[at : at + len(data)] = data
+        self.stream.write(view)
+        self.offset += len(view)
         self.samples += n
 
     def close(self) -> None:

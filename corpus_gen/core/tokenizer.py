@@ -4,7 +4,9 @@ Training is deterministic: the sample is fixed by the caller, input order is kep
 Encoding splits on single spaces and looks each word up in a cache. This is exact, not an
 approximation: with `split_by_whitespace` no piece crosses a space, so a text's pieces are the
 concatenation of its words' pieces (each word carries the leading "▁" the dummy prefix gives).
-A test checks the equality against `SentencePieceProcessor.encode` over whole corpora.
+For the same reason a batch of documents spelled in text units (`Units`) is encoded by gathering
+each unit's tokens, every distinct unit encoded once. Tests check both against
+`SentencePieceProcessor.encode` over whole corpora.
 """
 
 import io
@@ -17,6 +19,7 @@ import numpy as np
 import sentencepiece as spm
 
 from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.records import Units
 
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
 NEWLINE = "\n"
@@ -74,6 +77,39 @@ class _Cache(dict):
         return ids
 
 
+class _UnitTable:
+    """The tokens of every unit of one vocabulary encoded so far, back to back in one array:
+    unit u's are tokens[start[u] : start[u] + length[u]] (length -1: not encoded yet)."""
+
+    def __init__(self, units: Units, tokenizer: "Tokenizer"):
+        self.units, self.tokenizer = units, tokenizer
+        self.start = np.zeros(len(units), dtype=np.int64)
+        self.length = np.full(len(units), -1, dtype=np.int64)
+        self.tokens = np.empty(1 << 12, dtype=tokenizer.dtype)
+        self.used = 0
+
+    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        length = self.length[ids]
+        if (length < 0).any():
+            for unit in np.unique(ids[length < 0]).tolist():
+                self._encode(unit)
+            length = self.length[ids]
+        ends = np.cumsum(length)
+        total = int(ends[-1]) if len(ends) else 0
+        # token k of the output is tokens[start[unit] + (k - first output index of that unit)]
+        index = np.arange(total) + np.repeat(self.start[ids] - (ends - length), length)
+        return self.tokens[index], length
+
+    def _encode(self, unit: int) -> None:
+        ids = np.frombuffer(self.tokenizer.encode_bytes(self.units.strings[unit]),
+                            dtype=self.tokenizer.dtype)
+        while self.used + len(ids) > len(self.tokens):
+            self.tokens = np.concatenate([self.tokens, np.empty_like(self.tokens)])
+        self.tokens[self.used : self.used + len(ids)] = ids
+        self.start[unit], self.length[unit] = self.used, len(ids)
+        self.used += len(ids)
+
+
 class Tokenizer:
     """A trained SentencePiece model with fast, exact encoding of whitespace-normalised text."""
 
@@ -86,7 +122,7 @@ class Tokenizer:
         self._array_code = "H" if self.dtype == "<u2" else "I"
         self._itemsize = array(self._array_code).itemsize
         self._words = _Cache(self._encode_slow)
-        self._pieces = _Cache(self.encode_bytes)
+        self._unit_tables: dict[Units, _UnitTable] = {}
 
     @classmethod
     def load(cls, path: Path) -> "Tokenizer":
@@ -107,9 +143,13 @@ class Tokenizer:
             return self._encode_slow(text)  # words are not single-space separated: no shortcut
         return b"".join(map(self._words.__getitem__, text.split(" ")))
 
-    def encode_pieces(self, pieces: Sequence[str]) -> bytes:
-        """`encode_bytes(" ".join(pieces))`, encoding each distinct piece once."""
-        return b"".join(map(self._pieces.__getitem__, pieces))
+    def encode_units(self, units: Units, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens of the text " ".join(units.strings[ids]) as one array of `self.dtype`,
+        and the number of tokens of each unit occurrence."""
+        table = self._unit_tables.get(units)
+        if table is None:
+            table = self._unit_tables[units] = _UnitTable(units, self)
+        return table.gather(ids)
 
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize

@@ -1,0 +1,82 @@
+"""bioS biographies spelled in text units: the same text as the templates, the same tokens as
+SentencePiece, and batches that tile the stream."""
+
+import numpy as np
+import pytest
+
+from corpus_gen.bios.family import batches, layout, records
+from corpus_gen.bios.people import ATTRIBUTES, draw_people, full_name, person_dicts
+from corpus_gen.bios.pools import load_pools
+from corpus_gen.bios.templates import MODES, TEMPLATES, render_template
+from corpus_gen.bios.units import plan_index, spell, spelling, value_matrix
+from corpus_gen.core.generate import generate_corpus
+from corpus_gen.core.records import BATCH, UnitBatch, Units
+from corpus_gen.core.shards import read_shard
+from corpus_gen.core.tokenizer import Tokenizer
+
+
+def test_every_plan_spells_the_sentence_its_template_renders():
+    pools = load_pools(None)
+    people = draw_people(7, np.arange(3000), pools)
+    truth = person_dicts(people, pools)
+    units = spelling(None)
+    rng = np.random.default_rng(0)
+    # every (attribute, template, mode) at least once, each as one sentence of a document
+    plans = [(a, t, m) for a in range(len(ATTRIBUTES)) for t in range(len(TEMPLATES[ATTRIBUTES[a]]))
+             for m in range(len(MODES))]
+    rows = rng.permutation(np.resize(np.arange(len(plans)), 6 * 3000)).reshape(3000, 6)
+    numbers = np.array([[plan_index(*plans[k]) for k in row] for row in rows])
+    ids, offsets = spell(units, numbers, value_matrix(people))
+    for i, row in enumerate(rows):
+        person = truth[i]
+        # a plan's mode is the pronouns' gender, or "name"
+        expected = [render_template(TEMPLATES[ATTRIBUTES[a]][t], name=full_name(person),
+                                    gender=MODES[m], use_name=MODES[m] == "name",
+                                    value=person[ATTRIBUTES[a]])
+                    for a, t, m in (plans[k] for k in row)]
+        got = " ".join(units.units.strings[ids[offsets[i]:offsets[i + 1]]])
+        assert got == " ".join(expected)
+
+
+def test_the_vocabulary_stays_small_for_any_number_of_people():
+    # a unit per template run and per value of each slot: independent of the population
+    assert len(spelling(None).units) < 20_000
+
+
+def test_units_must_be_single_space_separated_words():
+    for bad in ("", " lead", "trail ", "two  spaces"):
+        with pytest.raises(ValueError, match="single-space"):
+            Units(["ok", bad])
+
+
+def test_batches_tile_the_stream_and_agree_with_records(bios_config):
+    config = bios_config(people=700, mode="mix", qa_copies=2, celebrities=40)
+    total = layout(config).records
+    texts, kinds = [], []
+    for batch in batches(config, 100, total):
+        assert 0 < len(batch) <= BATCH
+        if isinstance(batch, UnitBatch):
+            texts += batch.texts()
+            kinds += [m["kind"] for m in batch.metas]
+        else:
+            texts += [r.text for r in batch]
+            kinds += [r.meta["kind"] for r in batch]
+        assert len({m for m in kinds[-len(batch):]}) == 1  # bios and QA never share a batch
+    docs = list(records(config, 100, total))
+    assert texts == [d.text for d in docs] and kinds == [d.meta["kind"] for d in docs]
+    assert set(kinds) == {"bio", "qa"}
+
+
+@pytest.mark.parametrize("variant", ["single", "multi2+permute+fullname"])
+def test_shards_hold_exactly_the_sentencepiece_tokens_of_their_text(bios_config, tmp_path,
+                                                                   variant):
+    config = bios_config(people=600, variant=variant, celebrities=30)
+    manifest = generate_corpus(config, tmp_path / "c", progress=False, log=lambda *_: None)
+    processor = Tokenizer.load(tmp_path / "c" / "tokenizer.model").processor
+    seen = 0
+    for shard in manifest["shards"]:
+        for sample in read_shard(tmp_path / "c" / shard["name"]):
+            assert sample["ids"].tolist() == processor.encode(sample["json"]["text"])
+            assert sample["mask"].all()
+            seen += 1
+    assert seen == manifest["records"]
