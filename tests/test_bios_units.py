@@ -2,10 +2,17 @@
 SentencePiece, and batches that tile the stream."""
 
 import numpy as np
+import orjson
 import pytest
 
 from corpus_gen.bios.family import batches, layout, records
-from corpus_gen.bios.people import ATTRIBUTES, draw_people, full_name, person_dicts
+from corpus_gen.bios.people import (
+    ATTRIBUTES,
+    draw_people,
+    full_name,
+    person_dicts,
+    person_json,
+)
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.templates import MODES, TEMPLATES, render_template
 from corpus_gen.bios.units import plan_index, spell, spelling, value_matrix
@@ -57,7 +64,7 @@ def test_batches_tile_the_stream_and_agree_with_records(bios_config):
         assert 0 < len(batch) <= BATCH
         if isinstance(batch, UnitBatch):
             texts += batch.texts()
-            kinds += [m["kind"] for m in batch.metas]
+            kinds += [orjson.loads(m)["kind"] for m in batch.metas]
         else:
             texts += [r.text for r in batch]
             kinds += [r.meta["kind"] for r in batch]
@@ -80,3 +87,28 @@ def test_shards_hold_exactly_the_sentencepiece_tokens_of_their_text(bios_config,
             assert sample["mask"].all()
             seen += 1
     assert seen == manifest["records"]
+
+
+def test_values_that_json_must_escape_are_stored_exactly(bios_config, tmp_path):
+    # a user's pools may hold quotes, backslashes and non-ASCII letters: the JSON written
+    # directly from text must be what orjson writes, and read back to the same strings
+    data = tmp_path / "pools"
+    data.mkdir()
+    for name in ("first_name_male", "first_name_female", "middle_name", "last_name", "city",
+                 "university", "field"):
+        (data / f"{name}.txt").write_text("\n".join(f"{name[:3]}{k}" for k in range(12)))
+    (data / "city.txt").write_text('Qu"ote City\nBack\\slash\nSão Paulo\nÅre, SE\n')
+    (data / "company.txt").write_text('"Acme" Corp; Ni\\ce, FR\nZürich AG; Zürich, CH\n')
+    pools = load_pools(str(data))
+    people = draw_people(0, np.arange(500), pools)
+    assert [orjson.dumps(p).decode() for p in person_dicts(people, pools)] == person_json(
+        people, pools)
+    config = bios_config(people=500, data_dir=str(data), variant="multi2+fullname")
+    manifest = generate_corpus(config, tmp_path / "c", progress=False, log=lambda *_: None)
+    docs = iter(records(config, 0, manifest["records"]))
+    for shard in manifest["shards"]:
+        for sample in read_shard(tmp_path / "c" / shard["name"]):
+            doc = next(docs)
+            assert sample["json"] == {"text": doc.text, **doc.meta}
+    assert {"Qu\"ote City", "Back\\slash", "São Paulo"} & {
+        d.meta["person"]["birth_city"] for d in records(config, 0, 40)}

@@ -5,11 +5,12 @@ import random
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import orjson
 
 from corpus_gen.bios import stream
 from corpus_gen.bios.bio_r import render_bio_r
 from corpus_gen.bios.config import BiosConfig, parse_variant
-from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts
+from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts, person_json
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
 from corpus_gen.bios.templates import MODES, PLANS
@@ -20,6 +21,7 @@ from corpus_gen.core.seeding import derive_key, hash_u64, randint
 
 ORDERS = tuple(itertools.permutations(range(len(ATTRIBUTES))))
 _ORDER_ARRAY = np.array(ORDERS)
+_ORDER_FIELDS = np.array([',"order":' + orjson.dumps(order).decode() for order in ORDERS])
 _MALE, _FEMALE, _NAME = (MODES.index(mode) for mode in ("male", "female", "name"))
 _EVAL_CHUNK = 20000
 
@@ -76,34 +78,33 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
         plans[bio] = _bio_s_plans(_ORDER_ARRAY[order_index[bio]], choices, female, fullname)
         values = value_matrix(drawn)
         units = spelling(config.data_dir)
-    kinds, orders = slot.block.tolist(), order_index.tolist()
+    # each document's ground truth as JSON text, written once per document; records parse it
+    heads = [f'{{"kind":"{b.kind}","copy":{b.copy},"split":"' for b in blocks]
+    with_order = np.array([b.kind == "qa" or config.style == "s" for b in blocks])[slot.block]
+    order_fields = np.where(with_order, _ORDER_FIELDS[order_index], "").tolist()
     splits = np.where(slot.person < config.qa_train_people, "train", "test").tolist()
-    celebrities = celebrity.tolist()
-    with_order = [b.kind == "qa" or config.style == "s" for b in blocks]
+    celebrities = np.where(celebrity, "true", "false").tolist()
+    kinds, orders = slot.block.tolist(), order_index.tolist()
     answer_only_loss = config.qa_loss == "answer"
 
     # batches of BATCH positions, cut again wherever spelled and other documents meet
     n = len(kinds)
     cuts = np.union1d(np.arange(0, n, BATCH), np.flatnonzero(np.diff(spelled)) + 1).tolist()
     for a, b in zip(cuts, cuts[1:] + [n]):
-        people = person_dicts(drawn[a:b], pools)
-        metas = []
-        for i, person in enumerate(people, a):
-            block = blocks[kinds[i]]
-            metas.append({"kind": block.kind, "copy": block.copy, "split": splits[i],
-                          "celebrity": celebrities[i], "person": person})
-            if with_order[kinds[i]]:
-                metas[-1]["order"] = ORDERS[orders[i]]
+        metas = [f'{heads[kinds[i]]}{splits[i]}","celebrity":{celebrities[i]},"person":'
+                 f'{person}{order_fields[i]}}}'
+                 for i, person in enumerate(person_json(drawn[a:b], pools), a)]
         if spelled[a]:
             yield UnitBatch(units.units, *spell(units, plans[a:b], values[a:b]), metas)
             continue
         documents = []
-        for i, person, meta in zip(range(a, b), people, metas):
+        for i, person, meta in zip(range(a, b), person_dicts(drawn[a:b], pools), metas):
             if is_qa[i]:
                 text, no_loss = qa_document(person, ORDERS[orders[i]], answer_only_loss)
-                documents.append(Record(text, meta, no_loss))
+                documents.append(Record(text, orjson.loads(meta), no_loss))
             else:
-                documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])), meta))
+                documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])),
+                                        orjson.loads(meta)))
         yield documents
 
 

@@ -67,27 +67,38 @@ def format_birth_date(month: int, day: int, year: int) -> str:
     return f"{MONTHS[month - 1]} {day}, {year}"
 
 
+PERSON_FIELDS = ("id", "first", "middle", "last", "gender", "birth_month", "birth_day",
+                 "birth_year", "birth_date", "birth_city", "university", "major", "employer",
+                 "company_city")
+_PERSON_JSON = "{" + ",".join(f'"{field}":%s' for field in PERSON_FIELDS) + "}"
+
+
 def person_dicts(people: People, pools: Pools) -> list[dict]:
     """One dict of ground truth per person: what shards and eval sets record."""
-    def pick(values: tuple[str, ...], index: np.ndarray) -> list[str]:
-        return np.asarray(values, dtype=object)[index].tolist()
+    return [dict(zip(PERSON_FIELDS, row)) for row in zip(*_columns(people, pools, json=False))]
+
+
+def person_json(people: People, pools: Pools) -> list[str]:
+    """`orjson.dumps(person_dicts(people, pools)[i]).decode()` for each person, written
+    directly from the columns: no dict per person."""
+    return [_PERSON_JSON % row for row in zip(*_columns(people, pools, json=True))]
+
+
+def _columns(people: People, pools: Pools, json: bool) -> list[list]:
+    """The PERSON_FIELDS of every person, column by column; strings as JSON if `json`."""
+    def pick(pool: str, index: np.ndarray) -> list:
+        return pools.arrays[pool][json][index].tolist()
 
     months, days, years = people.month.tolist(), people.day.tolist(), people.year.tolist()
-    dates = [f"{MONTHS[m - 1]} {d}, {y}" for m, d, y in zip(months, days, years)]
-    genders = np.where(people.first < pools.male_first_names, "male", "female").tolist()
-    columns = zip(people.index.tolist(), pick(pools.first_names, people.first),
-                  pick(pools.middle_names, people.middle), pick(pools.last_names, people.last),
-                  genders, months, days, years, dates, pick(pools.cities, people.city),
-                  pick(pools.universities, people.university), pick(pools.majors, people.major),
-                  pick(pools.employers, people.company), pick(pools.company_cities, people.company))
-    return [
-        {"id": index, "first": first, "middle": middle, "last": last, "gender": gender,
-         "birth_month": month, "birth_day": day, "birth_year": year, "birth_date": date,
-         "birth_city": city, "university": university, "major": major, "employer": employer,
-         "company_city": company_city}
-        for (index, first, middle, last, gender, month, day, year, date, city, university, major,
-             employer, company_city) in columns
-    ]
+    quote = '"' if json else ""
+    dates = [f"{quote}{MONTHS[m - 1]} {d}, {y}{quote}" for m, d, y in zip(months, days, years)]
+    genders = np.where(people.first < pools.male_first_names, f"{quote}male{quote}",
+                       f"{quote}female{quote}").tolist()
+    return [people.index.tolist(), pick("first_names", people.first),
+            pick("middle_names", people.middle), pick("last_names", people.last), genders,
+            months, days, years, dates, pick("cities", people.city),
+            pick("universities", people.university), pick("majors", people.major),
+            pick("employers", people.company), pick("company_cities", people.company)]
 
 
 def full_name(person: dict) -> str:

@@ -1,8 +1,11 @@
 """Value pools for people and attributes, read from the packaged tables or a user's `data_dir`."""
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
+
+import numpy as np
+import orjson
 
 from corpus_gen.core.errors import CorpusError
 
@@ -26,6 +29,14 @@ class Pools:
     @property
     def name_space(self) -> int:
         return len(self.first_names) * len(self.middle_names) * len(self.last_names)
+
+    @cached_property
+    def arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each pool by field name as two object arrays, for picking many values at once: the
+        values, and the same values as JSON strings (quotes and escapes as orjson writes)."""
+        return {name: (np.array(values, dtype=object),
+                       np.array([orjson.dumps(v).decode() for v in values], dtype=object))
+                for name, values in vars(self).items() if isinstance(values, tuple)}
 
 
 def _read_pool(path: Path, unique: bool) -> tuple[str, ...]:

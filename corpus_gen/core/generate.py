@@ -31,7 +31,7 @@ from corpus_gen.core.manifest import (
     record_progress,
     write_json,
 )
-from corpus_gen.core.records import Batch, Record, UnitBatch
+from corpus_gen.core.records import Batch, Record, UnitBatch, batch_texts
 from corpus_gen.core.registry import Family, Layout, get_family
 from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
@@ -170,8 +170,8 @@ def _tokenizer_sample(config: CorpusConfig, family: Family, layout: Layout):
     for k in range(chunks):
         size = wanted // chunks + (k < wanted % chunks)
         start = k * layout.records // chunks
-        for record in family.records(config, start, start + size):
-            yield record.text
+        for batch in family.document_batches(config, start, start + size):
+            yield from batch_texts(batch)
 
 
 def _run(tasks: list[Task], workers: int):
@@ -225,12 +225,11 @@ def _build_shard(task: Task) -> dict:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
             for batch in family.document_batches(task.config, task.start, task.stop):
-                texts, metas, ids, masks, counts = _members(tokenizer, batch)
-                keys = [f"{p:010d}" for p in range(position, position + len(metas))]
-                jsons = [orjson.dumps({"text": text, **meta}) for text, meta in zip(texts, metas)]
+                jsons, ids, masks, counts = _members(tokenizer, batch)
+                keys = [f"{p:010d}" for p in range(position, position + len(batch))]
                 writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
                 lengths += counts
-                position += len(metas)
+                position += len(batch)
             writer.close()
     return {"records": task.stop - task.start, "tokens": sum(lengths),
             "min_tokens": min(lengths), "max_tokens": max(lengths),
@@ -238,11 +237,12 @@ def _build_shard(task: Task) -> dict:
             "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
 
 
-def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list, list]:
-    """Texts, metas, `ids.npy` and `mask.npy` members and token counts of a batch."""
+def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list[int]]:
+    """The `json`, `ids.npy` and `mask.npy` members and the token counts of a batch."""
     if not isinstance(batch, UnitBatch):
         ids, masks, counts = zip(*map(functools.partial(_token_members, tokenizer), batch))
-        return [r.text for r in batch], [r.meta for r in batch], ids, masks, list(counts)
+        jsons = [orjson.dumps({"text": r.text, **r.meta}) for r in batch]
+        return jsons, ids, masks, list(counts)
     tokens, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
     counts = np.diff(ends).tolist()
@@ -250,7 +250,10 @@ def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list
     bounds = (ends * item).tolist()
     ids = [npy_bytes(data[a:b], tokenizer.dtype, n)
            for a, b, n in zip(bounds, bounds[1:], counts)]
-    return batch.texts(), batch.metas, ids, [_full_mask(n) for n in counts], counts
+    # the same bytes as orjson.dumps({"text": text, **meta}): text first, then meta's fields
+    jsons = [f'{{"text":"{text}",{meta[1:]}'.encode()
+             for text, meta in zip(batch.texts(json=True), batch.metas)]
+    return jsons, ids, [_full_mask(n) for n in counts], counts
 
 
 def _token_members(tokenizer: Tokenizer, record: Record) -> tuple[bytes, bytes, int]:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 BATCH = 256  # documents handled together; a batch's objects and bytes (~1 MB) stay in cache
 
@@ -32,13 +33,17 @@ class Units:
     """A family's vocabulary of text units, addressed by integer id. A unit is one or more words
     (single spaces inside, none at either end), so a text joined from units by single spaces
     tokenizes as the concatenation of its units' tokens. Compared by identity: the tokenizer
-    keeps one table of encoded units per vocabulary."""
+    keeps one table of encoded units per vocabulary. `json_strings` are the units escaped as
+    in a JSON string (orjson's escapes: escaping is per character, so a text's JSON form is its
+    units' JSON forms joined by spaces)."""
 
     def __init__(self, strings: Sequence[str]):
         for unit in strings:
             if not unit or unit[0] == " " or unit[-1] == " " or "  " in unit:
                 raise ValueError(f"text unit {unit!r} is empty or not single-space separated")
         self.strings = np.array(strings, dtype=object)
+        self.json_strings = np.array([orjson.dumps(u).decode()[1:-1] for u in strings],
+                                     dtype=object)
 
     def __len__(self) -> int:
         return len(self.strings)
@@ -47,19 +52,21 @@ class Units:
 @dataclass(slots=True)
 class UnitBatch:
     """Consecutive documents spelled in units: document i is the units
-    `ids[offsets[i]:offsets[i + 1]]` joined by single spaces, its ground truth `metas[i]`.
-    Every token counts in the loss."""
+    `ids[offsets[i]:offsets[i + 1]]` joined by single spaces, its ground truth `metas[i]`, given
+    as the text of a JSON object with at least one field (what `orjson.dumps` writes: shards
+    store it as is, beside the text). Every token counts in the loss."""
 
     units: Units
     ids: np.ndarray  # int64 unit ids, all documents back to back
     offsets: np.ndarray  # int64, len(metas) + 1
-    metas: list[dict]
+    metas: list[str]
 
     def __len__(self) -> int:
         return len(self.metas)
 
-    def texts(self) -> list[str]:
-        words = self.units.strings[self.ids].tolist()
+    def texts(self, json: bool = False) -> list[str]:
+        """Each document's text, or with `json` the text as escaped inside a JSON string."""
+        words = (self.units.json_strings if json else self.units.strings)[self.ids].tolist()
         bounds = self.offsets.tolist()
         return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:])]
 
@@ -67,9 +74,14 @@ class UnitBatch:
 Batch = list[Record] | UnitBatch
 
 
+def batch_texts(batch: Batch) -> list[str]:
+    return batch.texts() if isinstance(batch, UnitBatch) else [r.text for r in batch]
+
+
 def batch_records(batch: Batch) -> list[Record]:
     if isinstance(batch, UnitBatch):
-        return [Record(text, meta) for text, meta in zip(batch.texts(), batch.metas)]
+        return [Record(text, orjson.loads(meta)) for text, meta in zip(batch.texts(),
+                                                                         batch.metas)]
     return batch
 
 

@@ -20,6 +20,7 @@ import webdataset as wds
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar "record": tarfile pads the archive to a multiple of this
 _NAME_LEN, _SIZE, _CHECKSUM = 100, slice(124, 136), slice(148, 156)
+_VARIED = _CHECKSUM.stop  # name, mode, ids, size, mtime, checksum: the fields before the type
 
 
 def _header_template() -> np.ndarray:
@@ -37,6 +38,7 @@ def _header_template() -> np.ndarray:
 
 
 _TEMPLATE = _header_template()
+_TEMPLATE_END = int(np.flatnonzero(_TEMPLATE)[-1]) + 1  # the bytes after are zero
 _TEMPLATE_SUM = int(_TEMPLATE.sum())  # name and size fields zero, checksum field eight spaces
 
 
@@ -85,7 +87,9 @@ class ShardWriter:
             raise ValueError("a batch needs ASCII keys of equal length")
         if key_len + 1 + max(map(len, exts)) > _NAME_LEN:
             raise ValueError(f"tar member names longer than {_NAME_LEN} bytes: {keys[0]!r}")
-        headers = np.tile(_TEMPLATE, (n, len(exts), 1))
+        # Only a header's first _VARIED bytes differ between members (name, size, checksum);
+        # they are built for the whole batch, the rest of the template is copied as it is.
+        headers = np.tile(_TEMPLATE[:_VARIED], (n, len(exts), 1))
         key_matrix = np.frombuffer(joined, dtype=np.uint8).reshape(n, key_len)
         suffixes = [("." + ext).encode() for ext in exts]
         for j, suffix in enumerate(suffixes):
@@ -109,7 +113,8 @@ class ShardWriter:
         blocks = 1 + (sizes.ravel() + BLOCK - 1) // BLOCK
         header_at = np.cumsum(blocks) - blocks
         chunk = np.zeros((int(blocks.sum()), BLOCK), dtype=np.uint8)
-        chunk[header_at] = headers.reshape(-1, BLOCK)
+        chunk[header_at, :_VARIED] = headers.reshape(-1, _VARIED)
+        chunk[header_at, _VARIED:_TEMPLATE_END] = _TEMPLATE[_VARIED:_TEMPLATE_END]
         view = memoryview(chunk.reshape(-1))
         data_at = ((header_at + 1) * BLOCK).tolist()
         for at, data in zip(data_at, itertools.chain.from_iterable(zip(*columns))):
