@@ -81,7 +81,7 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
     # each document's ground truth as JSON text, written once per document; records parse it
     heads = [f'{{"kind":"{b.kind}","copy":{b.copy},"split":"' for b in blocks]
     with_order = np.array([b.kind == "qa" or config.style == "s" for b in blocks])[slot.block]
-    order_fields = np.where(with_order, _ORDER_FIELDS[order_index], "").tolist()
+    tails = np.char.add(np.where(with_order, _ORDER_FIELDS[order_index], ""), "}").tolist()
     splits = np.where(slot.person < config.qa_train_people, "train", "test").tolist()
     celebrities = np.where(celebrity, "true", "false").tolist()
     kinds, orders = slot.block.tolist(), order_index.tolist()
@@ -91,9 +91,10 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
     n = len(kinds)
     cuts = np.union1d(np.arange(0, n, BATCH), np.flatnonzero(np.diff(spelled)) + 1).tolist()
     for a, b in zip(cuts, cuts[1:] + [n]):
-        metas = [f'{heads[kinds[i]]}{splits[i]}","celebrity":{celebrities[i]},"person":'
-                 f'{person}{order_fields[i]}}}'
-                 for i, person in enumerate(person_json(drawn[a:b], pools), a)]
+        metas = person_json(drawn[a:b], pools, around=(
+            [f'{heads[k]}{split}","celebrity":{star},"person":'
+             for k, split, star in zip(kinds[a:b], splits[a:b], celebrities[a:b])],
+            tails[a:b]))
         if spelled[a]:
             yield UnitBatch(units.units, *spell(units, plans[a:b], values[a:b]), metas)
             continue

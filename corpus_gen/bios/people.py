@@ -71,6 +71,8 @@ PERSON_FIELDS = ("id", "first", "middle", "last", "gender", "birth_month", "birt
                  "birth_year", "birth_date", "birth_city", "university", "major", "employer",
                  "company_city")
 _PERSON_JSON = "{" + ",".join(f'"{field}":%s' for field in PERSON_FIELDS) + "}"
+_DATE_HEADS = np.array([f"{month} {day}, " for month in MONTHS for day in range(1, DAYS + 1)],
+                       dtype=object)  # "October 2, ", at (month - 1) * DAYS + day - 1
 
 
 def person_dicts(people: People, pools: Pools) -> list[dict]:
@@ -78,10 +80,16 @@ def person_dicts(people: People, pools: Pools) -> list[dict]:
     return [dict(zip(PERSON_FIELDS, row)) for row in zip(*_columns(people, pools, json=False))]
 
 
-def person_json(people: People, pools: Pools) -> list[str]:
+def person_json(people: People, pools: Pools,
+                around: tuple[list[str], list[str]] | None = None) -> list[str]:
     """`orjson.dumps(person_dicts(people, pools)[i]).decode()` for each person, written
-    directly from the columns: no dict per person."""
-    return [_PERSON_JSON % row for row in zip(*_columns(people, pools, json=True))]
+    directly from the columns: no dict per person. With `around` = (before, after), person i's
+    JSON comes as before[i] + it + after[i], in the same single step (how a document's ground
+    truth is written around its person)."""
+    columns = _columns(people, pools, json=True)
+    if around is None:
+        return [_PERSON_JSON % row for row in zip(*columns)]
+    return [f"%s{_PERSON_JSON}%s" % row for row in zip(around[0], *columns, around[1])]
 
 
 def _columns(people: People, pools: Pools, json: bool) -> list[list]:
@@ -91,7 +99,8 @@ def _columns(people: People, pools: Pools, json: bool) -> list[list]:
 
     months, days, years = people.month.tolist(), people.day.tolist(), people.year.tolist()
     quote = '"' if json else ""
-    dates = [f"{quote}{MONTHS[m - 1]} {d}, {y}{quote}" for m, d, y in zip(months, days, years)]
+    heads = _DATE_HEADS[(people.month - 1) * DAYS + people.day - 1].tolist()
+    dates = [f"{quote}{head}{year}{quote}" for head, year in zip(heads, years)]
     genders = np.where(people.first < pools.male_first_names, f"{quote}male{quote}",
                        f"{quote}female{quote}").tolist()
     return [people.index.tolist(), pick("first_names", people.first),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-BATCH = 256  # documents handled together; a batch's objects and bytes (~1 MB) stay in cache
+BATCH = 512  # documents handled together; a batch's objects and bytes (~2 MB) stay in cache
 
 
 @dataclass(slots=True)
