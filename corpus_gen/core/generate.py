@@ -246,7 +246,7 @@ def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list
     tokens, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
     counts = np.diff(ends).tolist()
-    data, item = tokens.tobytes(), tokens.itemsize
+    data, item = memoryview(tokens.tobytes()), tokens.itemsize
     bounds = (ends * item).tolist()
     ids = [npy_bytes(data[a:b], tokenizer.dtype, n)
            for a, b, n in zip(bounds, bounds[1:], counts)]

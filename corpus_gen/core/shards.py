@@ -51,7 +51,7 @@ def _octal_digits(values: np.ndarray, width: int) -> np.ndarray:
 _NPY_HEADERS: dict[tuple[str, int], bytes] = {}
 
 
-def npy_bytes(array_bytes: bytes, dtype: str, length: int) -> bytes:
+def npy_bytes(array_bytes: bytes | memoryview, dtype: str, length: int) -> bytes:
     """A 1-D array as `.npy` file bytes, identical to `np.save` (format 1.0), header cached."""
     key = (dtype, length)
     header = _NPY_HEADERS.get(key)
