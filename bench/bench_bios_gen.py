@@ -7,17 +7,18 @@ Per variant (`single`, `multi5_permute`), alternating the contestants in each ro
   writing with checksums, eval sets, tokenizer training, manifest), then each of its parts
   alone: the shard stage (the issue's "generation including tokenization and shard writing"),
   the eval sets, the tokenizer (its sample and training);
-- physlm text only: the family's documents without tokenizing or writing;
+- physlm text only: the family's documents (text and ground truth) without tokenizing or
+  writing;
 - official text only: facebookresearch/PhysicsLM4's bioS text (people sampled, then its own
   template and permutation functions; see official_bios_peer.py), for as many biographies.
 Also the tar writing stage alone: webdataset's TarWriter vs physlm's ShardWriter, same samples.
 Rates are documents per second on one core; the table reports medians over rounds.
 
 The shard stage is timed after the corpus's own shards are deleted, so that it writes into page
-cache the kernel has just freed, as a generator that runs for hours does. On this machine's VM,
-pages the guest has never touched cost a host fault each (wall time no CPU counter sees), which
-made the same code 1.5x slower in one round than in the next. Its rate is given both per wall
-second and per CPU second (user + system) of the process.
+cache the kernel has just freed, as a generator that runs for hours does. Timed right after the
+gen command instead, with its 358 MB of shards still cached, the same code measured 70K/s here
+instead of 105-112K/s: the cost of this VM finding fresh memory, not of the generator. The rate
+is given both per wall second and per CPU second (user + system) of the process.
 """
 
 import argparse
@@ -41,7 +42,7 @@ from corpus_gen.core.generate import (
     _ensure_tokenizer,
     generate_corpus,
 )
-from corpus_gen.core.records import BATCH
+from corpus_gen.core.records import BATCH, batch_texts
 from corpus_gen.core.registry import get_family, schemas
 from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer
@@ -93,10 +94,12 @@ def _cpu_seconds() -> float:
 
 
 def _ours_text_only(config) -> tuple[float, int]:
+    """Seconds to produce every document's text and ground truth (as the shard stage gets
+    them from the family: batches, metadata as JSON text), and the documents."""
     family = get_family("bios")
     total = family.layout(config).records
     began = time.perf_counter()
-    count = sum(1 for _ in family.records(config, 0, total))
+    count = sum(len(batch_texts(batch)) for batch in family.document_batches(config, 0, total))
     return time.perf_counter() - began, count
 
 
