@@ -1,11 +1,13 @@
 """bioS biographies spelled in text units: the same text as the templates, the same tokens as
 SentencePiece, and batches that tile the stream."""
 
+import hashlib
+
 import numpy as np
 import orjson
 import pytest
 
-from corpus_gen.bios.family import batches, layout, records
+from corpus_gen.bios.family import batches, eval_sets, layout, records
 from corpus_gen.bios.people import (
     ATTRIBUTES,
     draw_people,
@@ -16,8 +18,10 @@ from corpus_gen.bios.people import (
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.templates import MODES, TEMPLATES, render_template
 from corpus_gen.bios.units import plan_index, spell, spelling, value_matrix
+from corpus_gen.core.config import load_config
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.records import BATCH, UnitBatch, Units
+from corpus_gen.core.registry import schemas
 from corpus_gen.core.shards import read_shard
 from corpus_gen.core.tokenizer import Tokenizer
 
@@ -26,7 +30,7 @@ def test_every_plan_spells_the_sentence_its_template_renders():
     pools = load_pools(None)
     people = draw_people(7, np.arange(3000), pools)
     truth = person_dicts(people, pools)
-    units = spelling(None)
+    units = spelling(pools)
     rng = np.random.default_rng(0)
     # every (attribute, template, mode) at least once, each as one sentence of a document
     plans = [(a, t, m) for a in range(len(ATTRIBUTES)) for t in range(len(TEMPLATES[ATTRIBUTES[a]]))
@@ -47,7 +51,7 @@ def test_every_plan_spells_the_sentence_its_template_renders():
 
 def test_the_vocabulary_stays_small_for_any_number_of_people():
     # a unit per template run and per value of each slot: independent of the population
-    assert len(spelling(None).units) < 20_000
+    assert len(spelling(load_pools(None)).units) < 20_000
 
 
 def test_units_must_be_single_space_separated_words():
@@ -112,3 +116,33 @@ def test_values_that_json_must_escape_are_stored_exactly(bios_config, tmp_path):
             assert sample["json"] == {"text": doc.text, **doc.meta}
     assert {"Qu\"ote City", "Back\\slash", "São Paulo"} & {
         d.meta["person"]["birth_city"] for d in records(config, 0, 40)}
+
+
+# sha256 of every document (text, ground truth, loss spans) and eval-set row of small configs,
+# as the generator before text units wrote them (commit 7a17849): the rewrite, and any later
+# speed work, must keep the corpus the same. Changing these is a change of the data.
+GOLDEN = {
+    "single": (["people=300"],
+               "209facfe1fe17041e829f28a32f449a499ad8b13f1c19369f8a7b46722ffad00"),
+    "multi3_permute_fullname": (["people=200", "variant=multi3+permute+fullname"],
+                                "4e2b82c5685e131ddc823ed9014e76deb62047454ec4e63ee82e6560adb34a1a"),
+    "mix_celebrity": (["people=300", "celebrities=40", "mode=mix", "qa_copies=2",
+                       "qa_loss=answer"],
+                      "4a99f3cab0b321498f21bb1dc9675954531623e4566244b150b82a8f1a73390a"),
+    "bior_mix": (["people=120", "style=r", "mode=mix"],
+                 "de3b255e1248afda0020637321e0932a780e23055f894bd398d004c3d83d70d8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN))
+def test_documents_and_eval_sets_are_those_of_earlier_versions(tmp_path, case):
+    overrides, expected = GOLDEN[case]
+    (tmp_path / "bios.yaml").write_text("family: bios\n")
+    config = load_config(tmp_path / "bios.yaml", overrides, schemas())
+    digest = hashlib.sha256()
+    for doc in records(config, 0, layout(config).records):
+        digest.update(orjson.dumps({"text": doc.text, **doc.meta, "no_loss": doc.no_loss}) + b"\n")
+    for rows in eval_sets(config).values():
+        for row in rows():
+            digest.update(orjson.dumps(row) + b"\n")
+    assert digest.hexdigest() == expected

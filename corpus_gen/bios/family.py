@@ -77,7 +77,7 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
         plans = np.zeros((len(spelled), len(ATTRIBUTES)), dtype=np.int64)
         plans[bio] = _bio_s_plans(_ORDER_ARRAY[order_index[bio]], choices, female, fullname)
         values = value_matrix(drawn)
-        units = spelling(config.data_dir)
+        units = spelling(pools)
     # each document's ground truth as JSON text, written once per document; records parse it
     heads = [f'{{"kind":"{b.kind}","copy":{b.copy},"split":"' for b in blocks]
     with_order = np.array([b.kind == "qa" or config.style == "s" for b in blocks])[slot.block]

@@ -62,17 +62,19 @@ def draw_people(seed: int, index: np.ndarray, pools: Pools) -> People:
     )
 
 
-def format_birth_date(month: int, day: int, year: int) -> str:
-    """The canonical form, used by bioS and by QA answers: 'October 2, 1996'."""
-    return f"{MONTHS[month - 1]} {day}, {year}"
-
-
 PERSON_FIELDS = ("id", "first", "middle", "last", "gender", "birth_month", "birth_day",
                  "birth_year", "birth_date", "birth_city", "university", "major", "employer",
                  "company_city")
 _PERSON_JSON = "{" + ",".join(f'"{field}":%s' for field in PERSON_FIELDS) + "}"
-_DATE_HEADS = np.array([f"{month} {day}, " for month in MONTHS for day in range(1, DAYS + 1)],
-                       dtype=object)  # "October 2, ", at (month - 1) * DAYS + day - 1
+# A birth date is written "October 2, 1996": its month and day part, "October 2,", is
+# MONTH_DAYS[month_day(people)]; bioS spells the date as that part and the year.
+MONTH_DAYS = tuple(f"{month} {day}," for month in MONTHS for day in range(1, DAYS + 1))
+_MONTH_DAYS = np.array(MONTH_DAYS, dtype=object)
+
+
+def month_day(people: People) -> np.ndarray:
+    """Each person's index in MONTH_DAYS."""
+    return (people.month - 1) * DAYS + people.day - 1
 
 
 def person_dicts(people: People, pools: Pools) -> list[dict]:
@@ -99,8 +101,8 @@ def _columns(people: People, pools: Pools, json: bool) -> list[list]:
 
     months, days, years = people.month.tolist(), people.day.tolist(), people.year.tolist()
     quote = '"' if json else ""
-    heads = _DATE_HEADS[(people.month - 1) * DAYS + people.day - 1].tolist()
-    dates = [f"{quote}{head}{year}{quote}" for head, year in zip(heads, years)]
+    heads = _MONTH_DAYS[month_day(people)].tolist()
+    dates = [f"{quote}{head} {year}{quote}" for head, year in zip(heads, years)]
     genders = np.where(people.first < pools.male_first_names, f"{quote}male{quote}",
                        f"{quote}female{quote}").tolist()
     return [people.index.tolist(), pick("first_names", people.first),

@@ -15,8 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from corpus_gen.bios.people import ATTRIBUTES, DAYS, FIRST_YEAR, MONTHS, YEARS, People
-from corpus_gen.bios.pools import Pools, load_pools
+from corpus_gen.bios.people import ATTRIBUTES, FIRST_YEAR, MONTH_DAYS, YEARS, People, month_day
+from corpus_gen.bios.pools import Pools
 from corpus_gen.bios.templates import MODES, PLANS
 from corpus_gen.core.records import Units
 
@@ -50,9 +50,9 @@ def plan_index(attribute: np.ndarray, template: np.ndarray, mode: np.ndarray) ->
 
 
 @lru_cache(maxsize=4)
-def spelling(data_dir: str | None) -> Spelling:
-    """The unit vocabulary and plan programs for the value pools of `data_dir`."""
-    values = _field_values(load_pools(data_dir))
+def spelling(pools: Pools) -> Spelling:
+    """The unit vocabulary and plan programs for these value pools."""
+    values = _field_values(pools)
     strings: list[str] = []
     bases: dict[tuple[str, str, str], int] = {}
 
@@ -88,7 +88,7 @@ def _field_values(pools: Pools) -> dict[str, tuple[str, ...]]:
         "first": pools.first_names,
         "middle": pools.middle_names,
         "last": pools.last_names,
-        "month_day": tuple(f"{month} {day}," for month in MONTHS for day in range(1, DAYS + 1)),
+        "month_day": MONTH_DAYS,
         "year": tuple(str(FIRST_YEAR + k) for k in range(YEARS)),
         "birth_city": pools.cities,
         "university": pools.universities,
@@ -100,10 +100,12 @@ def _field_values(pools: Pools) -> dict[str, tuple[str, ...]]:
 
 def value_matrix(people: People) -> np.ndarray:
     """Each person's index in every field, one row per person, columns as FIELDS."""
-    return np.stack([np.zeros_like(people.index), people.first, people.middle, people.last,
-                     (people.month - 1) * DAYS + people.day - 1, people.year - FIRST_YEAR,
-                     people.city, people.university, people.major, people.company,
-                     people.company], axis=1)
+    columns = {"fixed": np.zeros_like(people.index), "first": people.first,
+               "middle": people.middle, "last": people.last, "month_day": month_day(people),
+               "year": people.year - FIRST_YEAR, "birth_city": people.city,
+               "university": people.university, "major": people.major,
+               "employer": people.company, "company_city": people.company}
+    return np.stack([columns[field] for field in FIELDS], axis=1)
 
 
 def spell(spelled: Spelling, plans: np.ndarray, values: np.ndarray

@@ -11,6 +11,7 @@ each unit's tokens, every distinct unit encoded once. Tests check both against
 
 import io
 import sys
+import weakref
 from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -63,7 +64,7 @@ def train_tokenizer(
 
 
 class _Cache(dict):
-    """text unit -> its token ids as array bytes, so encoding a text is one `bytes.join`.
+    """word -> its token ids as array bytes, so encoding a text is one `bytes.join`.
     Emptied when full: units that recur come back at once, and memory stays bounded."""
 
     def __init__(self, encode):
@@ -81,18 +82,19 @@ class _UnitTable:
     """The tokens of every unit of one vocabulary encoded so far, back to back in one array:
     unit u's are tokens[start[u] : start[u] + length[u]] (length -1: not encoded yet)."""
 
-    def __init__(self, units: Units, tokenizer: "Tokenizer"):
-        self.units, self.tokenizer = units, tokenizer
-        self.start = np.zeros(len(units), dtype=np.int64)
-        self.length = np.full(len(units), -1, dtype=np.int64)
-        self.tokens = np.empty(1 << 12, dtype=tokenizer.dtype)
+    def __init__(self, size: int, dtype: str):
+        self.start = np.zeros(size, dtype=np.int64)
+        self.length = np.full(size, -1, dtype=np.int64)
+        self.tokens = np.empty(1 << 12, dtype=dtype)
         self.used = 0
 
-    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def gather(self, ids: np.ndarray, strings: np.ndarray, encode) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens of units `ids` back to back and each one's count; `encode` gives the
+        token bytes of a unit's string the first time it is met."""
         length = self.length[ids]
         if (length < 0).any():
             for unit in np.unique(ids[length < 0]).tolist():
-                self._encode(unit)
+                self._add(unit, np.frombuffer(encode(strings[unit]), dtype=self.tokens.dtype))
             length = self.length[ids]
         ends = np.cumsum(length)
         total = int(ends[-1]) if len(ends) else 0
@@ -100,14 +102,12 @@ class _UnitTable:
         index = np.arange(total) + np.repeat(self.start[ids] - (ends - length), length)
         return self.tokens[index], length
 
-    def _encode(self, unit: int) -> None:
-        ids = np.frombuffer(self.tokenizer.encode_bytes(self.units.strings[unit]),
-                            dtype=self.tokenizer.dtype)
-        while self.used + len(ids) > len(self.tokens):
+    def _add(self, unit: int, tokens: np.ndarray) -> None:
+        while self.used + len(tokens) > len(self.tokens):
             self.tokens = np.concatenate([self.tokens, np.empty_like(self.tokens)])
-        self.tokens[self.used : self.used + len(ids)] = ids
-        self.start[unit], self.length[unit] = self.used, len(ids)
-        self.used += len(ids)
+        self.tokens[self.used : self.used + len(tokens)] = tokens
+        self.start[unit], self.length[unit] = self.used, len(tokens)
+        self.used += len(tokens)
 
 
 class Tokenizer:
@@ -122,7 +122,9 @@ class Tokenizer:
         self._array_code = "H" if self.dtype == "<u2" else "I"
         self._itemsize = array(self._array_code).itemsize
         self._words = _Cache(self._encode_slow)
-        self._unit_tables: dict[Units, _UnitTable] = {}
+        # a vocabulary's table lives as long as the vocabulary does
+        self._unit_tables: weakref.WeakKeyDictionary[Units, _UnitTable] = (
+            weakref.WeakKeyDictionary())
 
     @classmethod
     def load(cls, path: Path) -> "Tokenizer":
@@ -148,8 +150,8 @@ class Tokenizer:
         and the number of tokens of each unit occurrence."""
         table = self._unit_tables.get(units)
         if table is None:
-            table = self._unit_tables[units] = _UnitTable(units, self)
-        return table.gather(ids)
+            table = self._unit_tables[units] = _UnitTable(len(units), self.dtype)
+        return table.gather(ids, units.strings, self.encode_bytes)
 
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize
