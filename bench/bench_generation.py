@@ -29,6 +29,7 @@ import time
 
 import torch
 from cpu_pressure import cpu_stall_us, print_run_footer
+from model_shape import add_shape_args, hf_llama_config
 from torch import nn
 
 
@@ -39,10 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--prompt", type=int, default=32, help="prompt length, tokens")
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
+    add_shape_args(p)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-hf", action="store_true", help="skip the HF Llama reference rows")
     p.add_argument("--quiet", type=float, default=0.2,
@@ -66,13 +64,10 @@ def hf_llama_copy(ours: nn.Module) -> nn.Module:
     import transformers
 
     c = ours.config
-    config = transformers.LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ffn_dim,
-        num_hidden_layers=c.n_layer, num_attention_heads=c.n_head, num_key_value_heads=c.n_head,
-        max_position_embeddings=c.ctx, rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False,
-        tie_word_embeddings=False, hidden_act="silu", bos_token_id=None, eos_token_id=None,
-        pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-        attn_implementation="sdpa")
+    config = hf_llama_config(vocab=c.vocab_size, d_model=c.d_model, ffn_dim=c.ffn_dim,
+                             layers=c.n_layer, heads=c.n_head, ctx=c.ctx,
+                             rope_theta=c.rope_theta, bos_token_id=None, eos_token_id=None,
+                             pad_token_id=0)
     theirs = transformers.LlamaForCausalLM(config).eval()
     assert theirs.config._attn_implementation == "sdpa", theirs.config._attn_implementation
     state = {"model.embed_tokens.weight": ours.tok_emb.weight, "model.norm.weight":

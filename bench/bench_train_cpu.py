@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from cpu_pressure import cpu_stall_us, print_run_footer
+from model_shape import add_shape_args, hf_llama_config
 from torch import Tensor, nn
 
 
@@ -59,10 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--ctx", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
+    add_shape_args(p)
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--rounds", type=int, default=40, help="rounds at least")
     p.add_argument("--min-quiet", type=int, default=15,
@@ -98,14 +96,10 @@ def hf_model(args: argparse.Namespace, pair: str, ffn_dim: int) -> nn.Module:
     import transformers
 
     if pair == "llama":
-        config = transformers.LlamaConfig(
-            vocab_size=args.vocab, hidden_size=args.d_model, intermediate_size=ffn_dim,
-            num_hidden_layers=args.layers, num_attention_heads=args.heads,
-            num_key_value_heads=args.heads, max_position_embeddings=args.ctx,
-            rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False, attention_dropout=0.0,
-            tie_word_embeddings=False, use_cache=False, hidden_act="silu",
-            rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
-            attn_implementation="sdpa")
+        config = hf_llama_config(vocab=args.vocab, d_model=args.d_model, ffn_dim=ffn_dim,
+                                 layers=args.layers, heads=args.heads, ctx=args.ctx,
+                                 rope_theta=args.rope_theta, attention_dropout=0.0,
+                                 use_cache=False)
         model = transformers.LlamaForCausalLM(config)
     else:
         config = transformers.GPT2Config(
