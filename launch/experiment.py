@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from corpus_gen import __version__
-from corpus_gen.core.config import fingerprint
-from corpus_gen.core.generate import generate_corpus
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.generate import corpus_fingerprint, generate_corpus
 from corpus_gen.core.manifest import MANIFEST, read_json
+from corpus_gen.core.verify import verify_corpus
 from trainer.config import Experiment
 from trainer.errors import TrainError
 
@@ -16,21 +16,32 @@ def corpus_dir(experiment: Experiment) -> Path:
     """Where this experiment's corpus lives: one directory per (corpus config, code version)."""
     if experiment.corpus is None:
         raise TrainError(f"{experiment.source}: no corpus group; add one or pass --corpus DIR")
-    fp = fingerprint(experiment.corpus, __version__)
-    return CORPUS_CACHE / f"{experiment.corpus_name}-{fp[:8]}"
+    return CORPUS_CACHE / f"{experiment.corpus_name}-{corpus_fingerprint(experiment.corpus)[:8]}"
 
 
 def ensure_corpus(experiment: Experiment, workers: int, log=print) -> Path:
+    """The experiment's corpus, generated if absent, reused if every checksum verifies, and
+    repaired (only the damaged files regenerated) otherwise."""
     out = corpus_dir(experiment)  # raises unless the experiment has a corpus group
-    manifest = out / MANIFEST
-    if manifest.exists() and read_json(manifest)["fingerprint"] == fingerprint(
-            experiment.corpus, __version__):
-        log(f"gen    | cached corpus {out}")
-        return out
-    log(f"gen    | generating {out}")
-    generate_corpus(experiment.corpus, out, workers=workers, progress=False,
-                    log=lambda *_: None)
+    if _finished(out, corpus_fingerprint(experiment.corpus)):
+        problems = verify_corpus(out)
+        if not problems:
+            log(f"gen    | cached corpus {out} (checksums verified)")
+            return out
+        for problem in problems:
+            log(f"gen    | {problem}")
+        log(f"gen    | repairing {out}")
+    else:
+        log(f"gen    | generating {out}")
+    generate_corpus(experiment.corpus, out, workers=workers, log=lambda *_: None)
     return out
+
+
+def _finished(out: Path, fingerprint: str) -> bool:
+    try:
+        return read_json(out / MANIFEST).get("fingerprint") == fingerprint
+    except (FileNotFoundError, CorpusError):
+        return False
 
 
 def run_dir_for(experiment: Experiment, run_dir: str | None) -> Path:

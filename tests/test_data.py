@@ -1,5 +1,6 @@
 """Packed batches: the exact token stream, loss masks, segments, rank splits and exact resume."""
 
+import hashlib
 import json
 import shutil
 from itertools import islice
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from corpus_gen.core.config import load_config
+from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.shards import read_shard
@@ -153,7 +155,7 @@ def test_document_longer_than_ctx_is_an_error_naming_it(mix):
     first = _documents(mix, ["train/shard-000000.tar"])
     too_long = next(d for d in first if len(d["ids"]) > 60)
     key, length = too_long["__key__"], len(too_long["ids"])
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(CorpusError) as error:
         PackedBatches(mix, DataConfig(ctx=60, split_documents=False))
     message = str(error.value)
     assert str(mix / "train/shard-000000.tar") in message
@@ -257,20 +259,65 @@ def test_state_is_json_and_rejects_a_run_with_other_settings(bios):
 
 def test_missing_or_damaged_inputs_are_errors_naming_the_file(bios, tmp_path):
     config = DataConfig(ctx=64, micro_batch=2)
-    with pytest.raises(FileNotFoundError, match=str(tmp_path / "nowhere")):
+    with pytest.raises(CorpusError, match=str(tmp_path / "nowhere")):
         PackedBatches(tmp_path / "nowhere", config)
-    with pytest.raises(FileNotFoundError, match=str(tmp_path / "manifest.json")):
+    with pytest.raises(CorpusError, match=str(tmp_path / "manifest.json")):
         PackedBatches(tmp_path, config)
     copy = tmp_path / "copy"
     shutil.copytree(bios, copy)
     shard = copy / "train/shard-000003.tar"
     shard.write_bytes(shard.read_bytes()[:5000])
-    with pytest.raises(ValueError, match=f"{shard}: "):
+    with pytest.raises(CorpusError, match=f"{shard}: sha256 differs .* run physlm verify"):
         list(islice(PackedBatches(copy, config), 10**4))  # reaches shard 3 in epoch 0
     shard.unlink()
-    with pytest.raises(FileNotFoundError, match=f"{shard}: shard listed in .* is missing"):
+    with pytest.raises(CorpusError, match=f"{shard}: shard listed in .* is missing"):
         PackedBatches(copy, config)
     manifest = json.loads((copy / "manifest.json").read_text())
     (copy / "manifest.json").write_text(json.dumps({**manifest, "shards": []}))
-    with pytest.raises(ValueError, match="holds no documents"):
+    with pytest.raises(CorpusError, match="holds no documents"):
         PackedBatches(copy, config)
+
+
+def _first_ids_offset(shard: Path) -> int:
+    """Byte offset of the first token id of the shard's first `ids.npy` member."""
+    data = shard.read_bytes()
+    at = 0
+    while not data[at : at + 100].rstrip(b"\0").endswith(b".ids.npy"):
+        at += 512 + -(-int(data[at + 124 : at + 136].rstrip(b"\0 "), 8) // 512) * 512
+    npy_at = at + 512
+    return npy_at + 10 + int.from_bytes(data[npy_at + 8 : npy_at + 10], "little")
+
+
+def test_a_flipped_byte_in_a_token_array_stops_training_before_its_shard_is_read(bios, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(bios, copy)
+    shard = copy / "train/shard-000002.tar"
+    data = bytearray(shard.read_bytes())
+    at = _first_ids_offset(shard)
+    data[at] ^= 1  # still a valid token id: only the checksum can tell
+    shard.write_bytes(bytes(data))
+    config = DataConfig(ctx=64, micro_batch=2, shuffle_shards=False)
+    batches = iter(PackedBatches(copy, config))
+    with pytest.raises(CorpusError, match=f"^{shard}: sha256 differs from .*manifest.json's"):
+        for _ in range(10**4):
+            next(batches)
+    # shards 0 and 1 came first and were read: the error comes at the damaged shard, not before
+    assert PackedBatches(copy, config).epoch_shards(0)[2] == "train/shard-000002.tar"
+
+
+def test_a_token_id_outside_the_vocabulary_is_named_with_its_shard_and_sample(bios, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(bios, copy)
+    shard = copy / "train/shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    at = _first_ids_offset(shard)
+    data[at : at + 2] = (65535).to_bytes(2, "little")  # uint16 ids, vocabulary of ~1000
+    shard.write_bytes(bytes(data))
+    # a manifest that agrees with the damaged shard: only the vocabulary check can catch it
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["shards"][0]["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    key = next(read_shard(bios / "train/shard-000000.tar"))["__key__"]
+    with pytest.raises(CorpusError, match=f"^{shard}: sample {key} holds a token id >= the "
+                                          "vocabulary size"):
+        next(iter(PackedBatches(copy, DataConfig(ctx=64, micro_batch=2, shuffle_shards=False))))

@@ -114,6 +114,97 @@ def test_unwritable_output_directory_is_named(bios_config, tmp_path):
         generate_corpus(bios_config(people=100), blocker / "out", progress=False, log=_quiet)
 
 
+def test_a_damaged_manifest_or_progress_record_is_rebuilt_not_refused(bios_config, tmp_path):
+    config = bios_config(people=600, records_per_shard=300)
+    out = tmp_path / "c"
+    generate_corpus(config, out, progress=False, log=_quiet)
+    reference = _files(out)
+    shard_record = out / ".progress" / "train__shard-000001.tar.json"
+    kept = (out / "train" / "shard-000001.tar").stat().st_mtime_ns
+    shard_record.write_text("\x00garbage")
+    lines = []
+    generate_corpus(config, out, progress=False, log=lines.append)
+    assert f"{shard_record}: unreadable; rebuilding it" in lines
+    # the shard's record came back from the manifest, so the shard itself was kept, not rebuilt
+    assert (out / "train" / "shard-000001.tar").stat().st_mtime_ns == kept
+    assert json.loads(shard_record.read_text())["name"] == "train/shard-000001.tar"
+    assert _files(out) == reference
+
+    (out / "manifest.json").write_text('{"format": 1, "shards": [')  # cut mid-write
+    lines.clear()
+    generate_corpus(config, out, progress=False, log=lines.append)
+    assert f"{out / 'manifest.json'}: unreadable; rebuilding it" in lines
+    assert (out / "train" / "shard-000001.tar").stat().st_mtime_ns == kept
+    assert _files(out) == reference
+
+    # with both records of a shard gone, the shard is generated again, byte for byte
+    (out / "manifest.json").write_text("")
+    shard_record.unlink()
+    generate_corpus(config, out, progress=False, log=_quiet)
+    assert _files(out) == reference and verify_corpus(out) == []
+
+
+def test_a_second_writer_is_refused_naming_who_holds_the_directory(bios_config, tmp_path):
+    import fcntl
+    import subprocess
+    import sys
+
+    out = tmp_path / "c"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+         "f.write('physlm gen (pid 4242 on node7)'); f.flush(); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+         str(out / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CorpusError, match=r"c: physlm gen \(pid 4242 on node7\) is writing "
+                                              "here; wait for it"):
+            generate_corpus(bios_config(people=100), out, progress=False, log=_quiet)
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written, no tmp
+    finally:
+        holder.kill()
+        holder.wait()
+    generate_corpus(bios_config(people=100), out, progress=False, log=_quiet)  # lock released
+    assert verify_corpus(out) == [] and not (out / ".lock").exists()
+    with open(tmp_path / "probe", "w") as f:  # the helper process really held an flock
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_full_disk_names_the_file_and_keeps_finished_shards(bios_config, tmp_path):
+    import resource
+    import signal
+
+    config = bios_config(people=900, records_per_shard=300)
+    reference = tmp_path / "reference"
+    generate_corpus(config, reference, progress=False, log=_quiet)
+    others = [reference / "tokenizer.model", *(reference / "eval").iterdir()]
+    limit = max(p.stat().st_size for p in others) + 1  # every file but a shard fits
+    assert all(p.stat().st_size > limit for p in (reference / "train").iterdir())
+    out = tmp_path / "c"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        with pytest.raises(CorpusError) as error:
+            generate_corpus(config, out, progress=False, log=_quiet)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    message = str(error.value)
+    assert message.startswith(f"{out / 'train' / 'shard-000000.tar'}: cannot write it: File "
+                              "too large") and "\n" not in message
+    assert not list(out.rglob("*.tmp-*"))
+    # the files finished before the failure are there, whole, and a rerun keeps them
+    finished = [out / "tokenizer.model", *(out / "eval").iterdir()]
+    assert [p.read_bytes() for p in finished] == [
+        (reference / p.relative_to(out)).read_bytes() for p in finished]
+    stamps = [p.stat().st_mtime_ns for p in finished]
+    generate_corpus(config, out, progress=False, log=_quiet)  # disk freed: the run completes
+    assert _files(out) == _files(reference)
+    assert [p.stat().st_mtime_ns for p in finished] == stamps
+
+
 def test_people_beyond_the_name_space_are_refused(bios_config, tmp_path):
     for name in ("first_name_male", "first_name_female", "middle_name", "last_name", "city",
                  "university", "field"):
@@ -153,6 +244,7 @@ def test_cli_generates_verifies_and_reports_errors_in_one_line(tmp_path, capsys)
         (["gen", str(config), f"data_dir={tmp_path / 'nowhere'}"],
          f"{tmp_path / 'nowhere' / 'first_name_male.txt'}: data file not found"),
         (["verify", str(tmp_path)], "manifest.json"),
+        (["gen", str(config), "--out", str(tmp_path / "x"), "--workers", "0"], "workers"),
     ]:
         code, _, err = _cli(argv, capsys)
         assert code == 2 and culprit in err and len(err.strip().splitlines()) == 1, err

@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.manifest import FORMAT, MANIFEST
+from corpus_gen.core.verify import file_verifies
 
 IGNORE_INDEX = -100  # label of a position that does not count (torch's cross_entropy default)
 _CHUNK = 1024  # documents turned into stream arrays at a time: bounds memory on big shards
@@ -65,14 +67,15 @@ class _Shard:
     mask_at: list[int]
     buffer: mmap.mmap
     dtype: np.dtype
+    vocab_size: int
 
     @classmethod
-    def open(cls, path: Path, dtype: np.dtype) -> "_Shard":
+    def open(cls, path: Path, dtype: np.dtype, vocab_size: int) -> "_Shard":
         with open(path, "rb") as f:
             try:
                 buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except ValueError:  # an empty file cannot be mapped
-                raise ValueError(f"{path}: empty; run physlm verify") from None
+                raise CorpusError(f"{path}: empty; run physlm verify") from None
         # per npy member kind: item type and the header entry that proves it
         kinds = {ext: (t, f"'descr': '{t.str}'".encode())
                  for ext, t in ((b"ids.npy", dtype), (b"mask.npy", np.dtype(np.uint8)))}
@@ -84,7 +87,7 @@ class _Shard:
             try:
                 size = int(header[124:136].rstrip(b"\0 "), 8)
             except ValueError:
-                raise ValueError(f"{path}: corrupt tar header at byte {at}") from None
+                raise CorpusError(f"{path}: corrupt tar header at byte {at}") from None
             name = header[:100].rstrip(b"\0")
             key, _, ext = name.partition(b".")
             if ext in kinds:
@@ -92,18 +95,20 @@ class _Shard:
                 npy_len = 10 + int.from_bytes(header[_BLOCK + 8 : _BLOCK + 10], "little")
                 if not header.startswith(_NPY_MAGIC, _BLOCK) or header.find(
                         descr, _BLOCK, _BLOCK + npy_len) < 0:
-                    raise ValueError(f"{path}: {name.decode()} is not a 1-D {item.str} npy array")
+                    raise CorpusError(
+                        f"{path}: {name.decode()} is not a 1-D {item.str} npy array")
                 found[ext].append((at + _BLOCK + npy_len, (size - npy_len) // item.itemsize))
                 if ext == b"ids.npy":
                     keys.append(key.decode())
             at += _BLOCK + -(-size // _BLOCK) * _BLOCK
         if at > len(buffer):
-            raise ValueError(f"{path}: truncated; run physlm verify")
+            raise CorpusError(f"{path}: truncated; run physlm verify")
         ids, masks = found[b"ids.npy"], found[b"mask.npy"]
         if [n for _, n in ids] != [n for _, n in masks]:
-            raise ValueError(f"{path}: ids.npy and mask.npy members do not pair up")
+            raise CorpusError(f"{path}: ids.npy and mask.npy members do not pair up")
         lengths = np.array([n for _, n in ids], dtype=np.int64)
-        return cls(path, keys, lengths, [a for a, _ in ids], [a for a, _ in masks], buffer, dtype)
+        return cls(path, keys, lengths, [a for a, _ in ids], [a for a, _ in masks], buffer, dtype,
+                   vocab_size)
 
     def stream(self, start: int, stop: int, eos: int) -> Window:
         """Documents [start, stop), each followed by EOS (which counts in the loss)."""
@@ -117,6 +122,11 @@ class _Shard:
             tokens[begin : end - 1] = np.frombuffer(self.buffer, self.dtype, n, self.ids_at[i])
             loss[begin : end - 1] = np.frombuffer(self.buffer, np.uint8, n, self.mask_at[i])
             first[begin] = True
+        if int(tokens.max()) >= self.vocab_size:  # an embedding lookup would fail naming nothing
+            bad = int(np.searchsorted(ends, int(np.argmax(tokens >= self.vocab_size)), "right"))
+            raise CorpusError(
+                f"{self.path}: sample {self.keys[start + bad]} holds a token id >= the vocabulary "
+                f"size {self.vocab_size} of its manifest; the corpus does not match its tokenizer")
         return tokens, loss, first
 
     def parts(self, offset: int, eos: int) -> Iterator[Window]:
@@ -145,15 +155,16 @@ def _pack(lengths: np.ndarray, ctx: int) -> list[int]:
 def _read_manifest(root: Path) -> dict:
     path = root / MANIFEST
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such corpus directory")
+        raise CorpusError(f"{root}: no such corpus directory")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; {root} is not a finished physlm corpus")
+        raise CorpusError(f"{path}: not found; {root} is not a finished physlm corpus")
     try:
         manifest = json.loads(path.read_text())
     except ValueError as exc:
-        raise ValueError(f"{path}: unreadable: {exc}") from None
-    if manifest.get("format") != FORMAT or "shards" not in manifest or "tokenizer" not in manifest:
-        raise ValueError(f"{path}: not a physlm corpus manifest (format {FORMAT})")
+        raise CorpusError(f"{path}: unreadable: {exc}") from None
+    if (not isinstance(manifest, dict) or manifest.get("format") != FORMAT
+            or "shards" not in manifest or "tokenizer" not in manifest):
+        raise CorpusError(f"{path}: not a physlm corpus manifest (format {FORMAT})")
     return manifest
 
 
@@ -177,11 +188,11 @@ class PackedBatches:
         self._fingerprint = manifest.get("fingerprint")
         self._shards = manifest["shards"]
         if sum(entry["records"] for entry in self._shards) == 0:
-            raise ValueError(f"{self.root / MANIFEST}: the corpus holds no documents")
+            raise CorpusError(f"{self.root / MANIFEST}: the corpus holds no documents")
         for entry in self._shards:
             if not (self.root / entry["name"]).is_file():
-                raise FileNotFoundError(f"{self.root / entry['name']}: shard listed in "
-                                        f"{self.root / MANIFEST} is missing")
+                raise CorpusError(f"{self.root / entry['name']}: shard listed in "
+                                  f"{self.root / MANIFEST} is missing")
         stream_lengths = [entry["tokens"] + entry["records"] for entry in self._shards]
         # documents plus their EOS in one pass over the corpus
         self.tokens_per_epoch = sum(stream_lengths)
@@ -221,7 +232,7 @@ class PackedBatches:
     def _batches(self, epoch: int) -> int:
         batches = self.batches_in_epoch(epoch)
         if batches == 0:
-            raise ValueError(
+            raise CorpusError(
                 f"{self.root}: epoch {epoch} has too few tokens for one batch per rank "
                 f"(micro_batch={self.config.micro_batch}, ctx={self.config.ctx}, "
                 f"world_size={self.world_size}, {len(self._shards)} shards)")
@@ -235,10 +246,16 @@ class PackedBatches:
 
     def _open(self, index: int) -> _Shard:
         entry = self._shards[index]
-        shard = _Shard.open(self.root / entry["name"], self._dtype)
+        path = self.root / entry["name"]
+        # a damaged shard would train without an error (a flipped byte is still a valid id):
+        # each shard is hashed once per process before its first use (cost: BENCHMARKS.md)
+        if not file_verifies(path, entry["sha256"]):
+            raise CorpusError(f"{path}: sha256 differs from {self.root / MANIFEST}'s (damaged or "
+                              f"modified); run physlm verify {self.root}")
+        shard = _Shard.open(path, self._dtype, self.vocab_size)
         # counts come from the manifest; a shard that disagrees would desynchronise the ranks
         if len(shard.keys) != entry["records"] or int(shard.lengths.sum()) != entry["tokens"]:
-            raise ValueError(
+            raise CorpusError(
                 f"{shard.path}: {len(shard.keys)} documents / {int(shard.lengths.sum())} tokens, "
                 f"manifest says {entry['records']} / {entry['tokens']}; run physlm verify")
         return shard
@@ -249,7 +266,7 @@ class PackedBatches:
         too_long = np.flatnonzero(shard.lengths > ctx)
         if too_long.size:
             i = int(too_long[0])
-            raise ValueError(
+            raise CorpusError(
                 f"{shard.path}: sample {shard.keys[i]} has {int(shard.lengths[i])} tokens, more "
                 f"than ctx={ctx} allows with split_documents=false; use split_documents=true or "
                 f"a larger ctx")

@@ -21,14 +21,22 @@ from corpus_gen import __version__
 from corpus_gen.core.config import CorpusConfig, config_dict, fingerprint
 from corpus_gen.core.datasheet import datasheet, write_datasheet
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.core.io import atomic_path, atomic_write, remove_stale_temporaries
+from corpus_gen.core.io import (
+    LOCK,
+    atomic_path,
+    atomic_write,
+    directory_lock,
+    remove_stale_temporaries,
+)
 from corpus_gen.core.manifest import (
     FORMAT,
     MANIFEST,
     PROGRESS,
-    intact_entry,
+    is_intact,
+    progress_path,
     read_json,
     record_progress,
+    recorded_entries,
     write_json,
 )
 from corpus_gen.core.records import Batch, Record, UnitBatch, batch_texts
@@ -37,6 +45,9 @@ from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
 
 TOKENIZER = "tokenizer.model"
+# The version of what the core writes (tar layout, tokenizer training, eval-set encoding): it
+# enters every corpus fingerprint with the family's own version. Bump it when core output changes.
+CORE_VERSION = 1
 _SAMPLE_CHUNKS = 64  # the tokenizer sample is taken from this many places along the stream
 
 
@@ -57,31 +68,54 @@ def shard_name(index: int) -> str:
     return f"train/shard-{index:06d}.tar"
 
 
+def generator_version(config: CorpusConfig) -> str:
+    """The code version a corpus depends on: the core's output format and the family's."""
+    family = get_family(config.family)
+    return f"core-{CORE_VERSION}/{family.name}-{family.version}"
+
+
+def corpus_fingerprint(config: CorpusConfig) -> str:
+    """Identifies a corpus: the same config and generator versions give the same bytes."""
+    return fingerprint(config, generator_version(config))
+
+
 def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
                     progress: bool | None = None, log=print) -> dict:
     """Generate (or repair) the corpus of `config` in `out`; return the manifest."""
+    if workers < 1:
+        raise CorpusError(f"workers={workers}: must be >= 1")
+    _check_output(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CorpusError(f"{out}: cannot write the output directory: "
+                          f"{exc.strerror or exc}") from None
+    with directory_lock(out, "physlm gen"):
+        return _generate(config, out, workers, progress, log)
+
+
+def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | None,
+              log) -> dict:
     began = time.perf_counter()
     family = get_family(config.family)
     layout = family.layout(config)
-    fp = fingerprint(config, __version__)
-    _prepare_output(out, fp)
-    tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, log)
+    fp = corpus_fingerprint(config)
+    recorded = _prepare_output(out, fp, log)
+    tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log)
 
     per_shard = config.records_per_shard
     tasks, entries = [], {}
     for index, start in enumerate(range(0, layout.records, per_shard)):
         name = shard_name(index)
-        entry = intact_entry(out, name, fp)
+        entry = _kept(out, name, fp, recorded, log)
         if entry and entry.get("tokenizer") == tokenizer_entry["sha256"]:
             entries[name] = entry
             continue
-        if (out / name).exists():
-            log(f"{out / name}: does not match its checksum; regenerating it")
         tasks.append(Task(config, str(out), fp, name, start, min(start + per_shard,
                                                                   layout.records)))
     for set_name in family.eval_sets(config):
         name = f"eval/{set_name}.jsonl"
-        entry = intact_entry(out, name, fp)
+        entry = _kept(out, name, fp, recorded, log)
         if entry:
             entries[name] = entry
         else:
@@ -99,7 +133,8 @@ def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
     manifest = {
         "format": FORMAT,
         "family": config.family,
-        "version": __version__,
+        "version": generator_version(config),
+        "package_version": __version__,
         "fingerprint": fp,
         "seed": config.seed,
         "config": config_dict(config),
@@ -118,39 +153,58 @@ def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
     return manifest
 
 
-def _prepare_output(out: Path, fp: str) -> None:
+def _check_output(out: Path) -> None:
+    """Refuse, before writing anything, a path that is a file or a foreign non-empty directory."""
     if out.exists() and not out.is_dir():
         raise CorpusError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        known = [read_json(p) for p in (out / PROGRESS).glob("*.json")]
-        if (out / MANIFEST).exists():
-            known.append(read_json(out / MANIFEST))
-        if not known:
-            raise CorpusError(f"{out}: not empty and not a physlm corpus directory; refusing to "
-                              "write into it (choose another --out)")
-        other = {k.get("fingerprint") for k in known} - {fp}
-        if other:
-            raise CorpusError(f"{out}: holds a corpus of another config or code version "
-                              f"(fingerprint {sorted(other)[0]}, this config {fp}); choose another "
-                              "--out or remove it yourself")
+    physlm = (out / MANIFEST).exists() or (out / PROGRESS).is_dir()
+    if out.is_dir() and not physlm and any(p.name != LOCK for p in out.iterdir()):
+        raise CorpusError(f"{out}: not empty and not a physlm corpus directory; refusing to "
+                          "write into it (choose another --out)")
+
+
+def _prepare_output(out: Path, fp: str, log) -> dict[str, dict]:
+    """Check that `out` holds nothing but this corpus; return what earlier runs recorded."""
+    recorded = recorded_entries(out, log)
+    other = {entry.get("fingerprint") for entry in recorded.values()} - {fp}
+    if other:
+        raise CorpusError(f"{out}: holds a corpus of another config or code version "
+                          f"(fingerprint {sorted(map(str, other))[0]}, this config {fp}); choose "
+                          "another --out or remove it yourself")
     try:
         for sub in ("train", "eval", PROGRESS):
             (out / sub).mkdir(parents=True, exist_ok=True)
         atomic_write(out / PROGRESS / "write-probe", b"")
         (out / PROGRESS / "write-probe").unlink()
-    except OSError as exc:
+    except (OSError, CorpusError) as exc:
         raise CorpusError(f"{out}: cannot write the output directory: "
-                          f"{exc.strerror or exc}") from None
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
     remove_stale_temporaries(out)
+    return recorded
+
+
+def _kept(out: Path, name: str, fp: str, recorded: dict[str, dict], log) -> dict | None:
+    """The recorded entry of `name` if the file still verifies (its progress record rewritten
+    if it was lost), else None: the file is to be generated again."""
+    entry = recorded.get(name)
+    if entry and is_intact(out, entry, fp):
+        try:
+            intact_record = read_json(progress_path(out, name)) == entry
+        except (FileNotFoundError, CorpusError):
+            intact_record = False
+        if not intact_record:
+            record_progress(out, entry)
+        return entry
+    if (out / name).exists():
+        log(f"{out / name}: does not match its checksum; regenerating it")
+    return None
 
 
 def _ensure_tokenizer(config: CorpusConfig, family: Family, layout: Layout, out: Path, fp: str,
-                      log) -> dict:
-    entry = intact_entry(out, TOKENIZER, fp)
+                      recorded: dict[str, dict], log) -> dict:
+    entry = _kept(out, TOKENIZER, fp, recorded, log)
     if entry:
         return entry
-    if (out / TOKENIZER).exists():
-        log(f"{out / TOKENIZER}: does not match its checksum; training it again")
     model = train_tokenizer(_tokenizer_sample(config, family, layout),
                             config.tokenizer.vocab_size, config.tokenizer.model_type,
                             layout.user_symbols)

@@ -1,21 +1,38 @@
-"""Files appear whole or not at all: write to a temporary name, then rename."""
+"""Files appear whole or not at all: write to a temporary name, then rename; one writer per
+directory at a time."""
 
+import errno
+import fcntl
 import hashlib
 import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from corpus_gen.core.errors import CorpusError
+
 TMP_MARK = ".tmp-"
+LOCK = ".lock"
+# errors of the device, not of the program: the file is named and finished files are kept
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
 
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
+
+    A full or failing disk becomes a one-line CorpusError naming `path`."""
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRORS:
+            raise
+        raise CorpusError(f"{path}: cannot write it: {exc.strerror}; files already finished "
+                          "are kept") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -26,9 +43,37 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def remove_stale_temporaries(directory: Path) -> None:
-    """Drop temporaries left by a killed run; they never hold a finished file."""
+    """Drop temporaries left by a killed run; they never hold a finished file. Call it only while
+    holding the directory's lock: another writer's temporaries are not stale."""
     for tmp in directory.rglob(f".*{TMP_MARK}*"):
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def directory_lock(directory: Path, what: str) -> Iterator[None]:
+    """Hold `directory`/.lock while the block runs; a second writer fails at once with a line
+    saying who holds it. The kernel drops the lock when its process dies, however it dies."""
+    path = directory / LOCK
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # the holder removes the file when it is done: a lock on a removed file is no lock
+            if os.fstat(f.fileno()).st_ino != os.stat(path).st_ino:
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise CorpusError(f"{directory}: {holder} is writing here; wait for it to finish or "
+                              "choose another directory") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()}, since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')})")
+        f.flush()
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def sha256_file(path: Path) -> str:

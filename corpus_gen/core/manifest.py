@@ -2,7 +2,9 @@
 
 Each finished file (shard, eval set, tokenizer) gets a small record in `.progress/` as soon as it
 is renamed into place. A rerun keeps a file whose record matches the config fingerprint and whose
-sha256 still verifies, so an interrupted or damaged run repairs only what is missing or bad.
+sha256 still verifies, so an interrupted or damaged run repairs only what is missing or bad. The
+manifest and the progress records describe the same files: either rebuilds the other, and a file
+neither describes is generated again.
 """
 
 import json
@@ -22,11 +24,14 @@ def write_json(path: Path, payload: dict) -> None:
 
 def read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        payload = json.loads(path.read_text())
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as exc:
         raise CorpusError(f"{path}: unreadable: {exc}") from None
+    if not isinstance(payload, dict):
+        raise CorpusError(f"{path}: unreadable: not a JSON object")
+    return payload
 
 
 def progress_path(out: Path, name: str) -> Path:
@@ -37,16 +42,34 @@ def record_progress(out: Path, entry: dict) -> None:
     write_json(progress_path(out, entry["name"]), entry)
 
 
-def intact_entry(out: Path, name: str, fingerprint: str) -> dict | None:
-    """The progress record of `name` if the file on disk still matches it, else None."""
-    try:
-        entry = read_json(progress_path(out, name))
-    except (FileNotFoundError, CorpusError):
-        return None
-    path = out / name
-    if entry.get("fingerprint") != fingerprint or not path.is_file():
-        return None
-    return entry if sha256_file(path) == entry.get("sha256") else None
+def manifest_entries(manifest: dict) -> list[dict]:
+    """Every file entry of a manifest: tokenizer, shards, eval sets."""
+    return [manifest["tokenizer"], *manifest["shards"], *manifest["eval"]]
+
+
+def recorded_entries(out: Path, log) -> dict[str, dict]:
+    """What earlier runs recorded about the files of `out`, by file name: the manifest's entries,
+    overlaid by the progress records (written as each file finished, so never older). Unreadable
+    records are named and skipped: the files they describe are checked against the other record
+    or generated again."""
+    entries: dict[str, dict] = {}
+    paths = [out / MANIFEST] if (out / MANIFEST).exists() else []
+    paths += sorted((out / PROGRESS).glob("*.json"))
+    for path in paths:
+        try:
+            record = read_json(path)
+            found = manifest_entries(record) if path.name == MANIFEST else [record]
+            entries.update({entry["name"]: entry for entry in found})
+        except (CorpusError, KeyError, TypeError, OSError):
+            log(f"{path}: unreadable; rebuilding it")
+    return entries
+
+
+def is_intact(out: Path, entry: dict, fingerprint: str) -> bool:
+    """Whether the file `entry` describes belongs to `fingerprint` and still matches its sha256."""
+    path = out / entry["name"]
+    return (entry.get("fingerprint") == fingerprint and path.is_file()
+            and sha256_file(path) == entry.get("sha256"))
 
 
 def read_manifest(out: Path) -> dict:

@@ -27,6 +27,10 @@ class Layout:
 @dataclass(frozen=True)
 class Family:
     name: str
+    # The generator version: it enters the corpus fingerprint, so a corpus written by older code
+    # is never reused. Bump it whenever the family's output changes (tests/test_golden.py fails
+    # until the new version's digests are recorded).
+    version: int
     schema: type[CorpusConfig]
     layout: Callable[[CorpusConfig], Layout]
     records: Callable[[CorpusConfig, int, int], Iterator[Record]]

@@ -5,4 +5,4 @@ from corpus_gen.core.registry import Family, register
 from corpus_gen.igsm import family
 from corpus_gen.igsm.config import IgsmConfig
 
-register(Family("igsm", IgsmConfig, family.layout, family.records, family.eval_sets))
+register(Family("igsm", 1, IgsmConfig, family.layout, family.records, family.eval_sets))
