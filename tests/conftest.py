@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 
 from corpus_gen.core.config import load_config
 from corpus_gen.core.registry import schemas
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -16,3 +20,34 @@ def bios_config(tmp_path):
         return load_config(path, [f"{k}={v}" for k, v in items.items()], schemas())
 
     return make
+
+
+@pytest.fixture(scope="session")
+def train_corpus(tmp_path_factory) -> Path:
+    """A tiny bios corpus with QA in the stream (mix) in 4 shards, shared by training tests.
+    Tests that damage it work on a copy."""
+    from corpus_gen.core.generate import generate_corpus
+
+    config = load_config(ROOT / "configs/corpus/bios_s_multi5_permute.yaml",
+                         ["people=40", "mode=mix", "records_per_shard=60",
+                          "tokenizer.vocab_size=600", "tokenizer.sample_records=300"], schemas())
+    out = tmp_path_factory.mktemp("train_corpus") / "corpus"
+    generate_corpus(config, out, progress=False, log=lambda *_: None)
+    return out
+
+
+def tiny_experiment_file(directory: Path) -> Path:
+    """An experiment YAML of a 2-layer, 32-wide GPT that trains in milliseconds per step."""
+    path = directory / "exp.yaml"
+    path.write_text("name: t\nmodel:\n  n_layer: 2\n  n_head: 2\n  d_model: 32\n"
+                    "train:\n  ctx: 64\n  micro_batch: 4\n  lr: 0.003\n  warmup_steps: 2\n"
+                    "  log_every: 1\n  wandb:\n    mode: disabled\n")
+    return path
+
+
+@pytest.fixture
+def tiny_experiment(tmp_path):
+    """`tiny_experiment(*overrides)`: the tiny experiment, loaded with dotted overrides."""
+    from trainer.config import load_experiment
+
+    return lambda *overrides: load_experiment(tiny_experiment_file(tmp_path), list(overrides))

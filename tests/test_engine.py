@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_experiment_file
 
 from corpus_gen.core.generate import generate_corpus
 from trainer.config import load_experiment
@@ -24,26 +25,13 @@ class Killed(Exception):
     pass
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A tiny bios corpus with QA in the stream (mix), shared by the tests of this module."""
-    from corpus_gen.core.config import load_config
-    from corpus_gen.core.registry import schemas
-
-    config = load_config(ROOT / "configs/corpus/bios_s_multi5_permute.yaml",
-                         ["people=40", "mode=mix", "records_per_shard=60",
-                          "tokenizer.vocab_size=600", "tokenizer.sample_records=300"], schemas())
-    out = tmp_path_factory.mktemp("corpus")
-    generate_corpus(config, out, progress=False, log=lambda *_: None)
-    return out
+@pytest.fixture
+def corpus(train_corpus):
+    return train_corpus
 
 
 def _experiment(tmp_path, *overrides):
-    path = tmp_path / "exp.yaml"
-    path.write_text("name: t\nmodel:\n  n_layer: 2\n  n_head: 2\n  d_model: 32\n"
-                    "train:\n  ctx: 64\n  micro_batch: 4\n  lr: 0.003\n  warmup_steps: 2\n"
-                    "  log_every: 1\n  wandb:\n    mode: disabled\n")
-    return load_experiment(path, list(overrides))
+    return load_experiment(tiny_experiment_file(tmp_path), list(overrides))
 
 
 def _losses(run_dir):

@@ -1,25 +1,51 @@
 """Checkpoints: DeepSpeed's engine state plus what makes a resumed run exact.
 
 `<run>/checkpoints/step-000100/` holds DeepSpeed's files (model, optimizer, scheduler, ZeRO
-partitions), `meta.json` (step, model config, tokenizer and corpus identity), per rank the data
-loader state and RNG states, and `weights.pt`, a consolidated fp32 state dict that evaluation
+partitions), `meta.json` (step, run id, model config, tokenizer and corpus identity), per rank the
+data loader state and RNG states, and `weights.pt`, a consolidated fp32 state dict that evaluation
 loads without DeepSpeed. Every rank writes into a `.partial-*` directory; once all are done,
-rank 0 renames it and points `latest` at it, so a crash mid-save leaves the last good one intact.
+rank 0 renames it and points `latest` at it, so a crash or a full disk mid-save leaves the last
+good one intact. A checkpoint never holds non-finite weights, and every file is loaded with
+`torch.load(weights_only=True)`, DeepSpeed's too, so a planted pickle cannot run code.
 """
 
+import functools
+import importlib
 import json
+import pickle
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from corpus_gen.core.io import atomic_write
 from trainer.errors import TrainError
 
 LATEST = "latest"
+
+# How a failed write (disk full, quota, I/O error) surfaces: OSError from Python's own writes,
+# RuntimeError from torch.save's zip writer (its message varies: "unexpected pos ...",
+# "PytorchStreamWriter failed writing file ...").
+WRITE_ERRORS = (OSError, RuntimeError)
+
+# The classes DeepSpeed's own checkpoint files hold beyond tensors and plain data, found by saving
+# ZeRO 0-3 x fp32/bf16 checkpoints through the trainer and listing what
+# torch.serialization.get_unsafe_globals_in_checkpoint reports. Each is plain data: unpickling
+# one only looks up an enum member or sets attributes, so none can run code.
+DEEPSPEED_GLOBALS = (
+    # ZeRO 1-3 optimizer files: `zero_stage`, an int Enum, unpickled by looking its value up
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    # ZeRO 1-3 optimizer files: `loss_scaler`, the static scaler fp32 and bf16 runs use (scale 1)
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    # the same slot in fp16 runs, which scale dynamically (CPUs cannot train fp16: found by
+    # pickling the scaler DeepSpeed's CreateLossScaler builds for fp16)
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    # ZeRO 1-2 optimizer files: `param_slice_mappings`, a (numel, start) dataclass per parameter
+    "deepspeed.utils.tensor_fragment.fragment_address",
+)
 
 
 def tag(step: int) -> str:
@@ -36,9 +62,92 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
     return path
 
 
+def _last_good(checkpoints: Path) -> str:
+    try:
+        path = latest_checkpoint(checkpoints)
+    except TrainError:  # `latest` names an incomplete directory: nothing good to point at
+        return "none"
+    return str(path) if path else "none"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _torch_load(file: Path, map_location=None, allowed: tuple = ()):
+    """torch.load with weights_only=True (plus the classes `allowed`); a file it refuses or
+    cannot read becomes a one-line TrainError naming it."""
+    try:
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.load(file, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise TrainError(f"{file}: holds objects other than tensors and plain data, which "
+                         "loading could run as code; refusing to load it") from None
+    except (RuntimeError, OSError, EOFError) as exc:
+        raise TrainError(f"{file}: cannot be read ({_one_line(exc)})") from None
+
+
+def _refuse_unsafe(file: Path, allowed: tuple) -> None:
+    """Refuse a file whose pickle names anything but tensors, plain data and `allowed`. This
+    reads the pickle only, not the tensors, so every rank checks every file of a checkpoint and
+    all reach the same verdict before DeepSpeed's collectives (one rank failing alone inside
+    them would leave the others waiting)."""
+    try:
+        names = set(torch.serialization.get_unsafe_globals_in_checkpoint(file))
+    except (ValueError, RuntimeError, OSError, EOFError) as exc:
+        raise TrainError(f"{file}: not a file torch.save wrote ({_one_line(exc)})") from None
+    unsafe = names - set(allowed)
+    if unsafe:
+        raise TrainError(f"{file}: holds {', '.join(sorted(unsafe))}, which loading could run "
+                         "as code; refusing to load it")
+
+
+@functools.cache
+def _deepspeed_classes() -> tuple:
+    classes = []
+    for name in DEEPSPEED_GLOBALS:
+        module, _, attribute = name.rpartition(".")
+        classes.append(getattr(importlib.import_module(module), attribute))
+    return tuple(classes)
+
+
+@functools.cache
+def _checkpoint_engine_class() -> type:
+    """DeepSpeed's torch.save/torch.load checkpoint engine, made to load with weights_only=True
+    and to keep a failed write instead of raising it. Built on first use: deepspeed is slow to
+    import and evaluation, which imports this module, does not need it."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    class SafeCheckpointEngine(TorchCheckpointEngine):
+        failure: Exception | None = None
+
+        def save(self, state_dict, path: str) -> None:
+            # a rank raising here would skip DeepSpeed's closing barrier and hang the others:
+            # keep the first failure for `save` to agree on across ranks
+            try:
+                super().save(state_dict, path)
+            except WRITE_ERRORS as exc:
+                self.failure = self.failure or exc
+
+        def load(self, path: str, map_location=None):
+            return _torch_load(Path(path), map_location, _deepspeed_classes())
+
+    return SafeCheckpointEngine
+
+
+def _checkpoint_engine(engine):
+    """The engine's checkpoint engine, replaced by the safe one on first use."""
+    cls = _checkpoint_engine_class()
+    if not isinstance(engine.checkpoint_engine, cls):
+        engine.checkpoint_engine = cls(engine._config)
+    return engine.checkpoint_engine
+
+
 def _rng_state() -> dict:
+    """RNG states as tensors and plain data, which torch.load(weights_only=True) reads."""
+    kind, key, pos, has_gauss, gauss = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": np.random.get_state()}
+             "numpy": [kind, key.tolist(), pos, has_gauss, gauss]}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -47,9 +156,56 @@ def _rng_state() -> dict:
 def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    np.random.set_state(tuple(state["numpy"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tensors(obj) -> Iterator[torch.Tensor]:
+    """Every tensor in a nest of dicts, lists and tuples (a state dict)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors(value)
+
+
+def _engine_tensors(engine) -> Iterator[torch.Tensor]:
+    """This rank's weights and optimizer state. ZeRO and bf16 wrap the optimizer, whose state
+    dict then holds this rank's fp32 partitions and their moments; under ZeRO-3 the module's
+    parameters are empty placeholders and `ds_tensor` holds this rank's shard."""
+    yield from _tensors(engine.module.state_dict())
+    yield from (p.ds_tensor for p in engine.module.parameters() if hasattr(p, "ds_tensor"))
+    yield from _tensors(engine.optimizer.state_dict())
+
+
+def _is_finite(tensor: torch.Tensor) -> bool:
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return True
+    # aminmax propagates NaN and needs no tensor-sized temporary, unlike isfinite(t).all()
+    low, high = torch.aminmax(tensor)
+    return bool(torch.isfinite(low) and torch.isfinite(high))
+
+
+def _agree(ok: bool, device: torch.device) -> bool:
+    """True on every rank if `ok` is true on every rank."""
+    flag = torch.tensor([int(ok)], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def _first_failure(failure: Exception | None) -> str | None:
+    """On every rank, the first rank's failure as one line (None if no rank failed), so that
+    all ranks stop together and each can say why."""
+    reasons = [None] * dist.get_world_size()
+    dist.all_gather_object(reasons, _one_line(failure) if failure else None)
+    for rank, reason in enumerate(reasons):
+        if reason:
+            return reason if len(reasons) == 1 else f"rank {rank}: {reason}"
+    return None
 
 
 def consolidated_state_dict(engine) -> dict | None:
@@ -65,32 +221,97 @@ def consolidated_state_dict(engine) -> dict | None:
 
 def save(engine, checkpoints: Path, step: int, meta: dict, data_state: dict,
          keep_last: int) -> Path:
-    """Save step `step` atomically; keep the newest `keep_last` checkpoints."""
+    """Save step `step` atomically; keep the newest `keep_last` checkpoints of this run.
+
+    Raises TrainError on every rank, with nothing new on disk and `latest` unchanged, if the
+    weights or optimizer state are not finite or if any rank fails to write (disk full)."""
+    if not _agree(all(map(_is_finite, _engine_tensors(engine))), engine.device):
+        raise TrainError(f"weights or optimizer state became non-finite by step {step}; not "
+                         f"saved (last good checkpoint: {_last_good(checkpoints)})")
     rank = dist.get_rank()
-    partial = f".partial-{tag(step)}"
-    if rank == 0:
-        shutil.rmtree(checkpoints / partial, ignore_errors=True)
-    dist.barrier()
-    engine.save_checkpoint(str(checkpoints), tag=partial, save_latest=False)
-    directory = checkpoints / partial
-    (directory / f"data-rank{rank}.json").write_text(json.dumps(data_state))
-    torch.save(_rng_state(), directory / f"rng-rank{rank}.pt")
-    weights = consolidated_state_dict(engine)
-    if rank == 0:
-        torch.save({"model_config": meta["model_config"], "state_dict": weights},
-                   directory / "weights.pt")
-        atomic_write(directory / "meta.json", json.dumps({**meta, "step": step}).encode())
-    dist.barrier()
+    partial = checkpoints / f".partial-{tag(step)}"
     final = checkpoints / tag(step)
     if rank == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        directory.rename(final)
-        atomic_write(checkpoints / LATEST, tag(step).encode())
-        steps = sorted(p for p in checkpoints.glob("step-*") if p.is_dir())
-        for old in steps[:-keep_last]:
-            shutil.rmtree(old)
+        shutil.rmtree(partial, ignore_errors=True)
     dist.barrier()
-    return final
+    reason = _first_failure(_write_partial(engine, partial, step, meta, data_state))
+    if reason is None:
+        reason = _first_failure(_commit(partial, final) if rank == 0 else None)
+        if reason is None:
+            if rank == 0:
+                _prune(checkpoints, meta.get("run_id"), keep_last, final)
+            dist.barrier()
+            return final
+    if rank == 0:
+        shutil.rmtree(partial, ignore_errors=True)
+    raise TrainError(f"{partial}: saving the checkpoint failed ({reason}); removed it, the last "
+                     f"good checkpoint is intact: {_last_good(checkpoints)}")
+
+
+def _write_partial(engine, partial: Path, step: int, meta: dict,
+                   data_state: dict) -> Exception | None:
+    """Write this rank's files into `partial`. A failed write is returned, not raised, so that
+    every rank still takes part in the collectives here and in `save`."""
+    rank = dist.get_rank()
+    checkpoint_engine = _checkpoint_engine(engine)
+    checkpoint_engine.failure = None
+    failure = None
+    try:
+        engine.save_checkpoint(str(partial.parent), tag=partial.name, save_latest=False)
+    except WRITE_ERRORS as exc:
+        # the checkpoint engine keeps torch.save's failures, so what raises here is rank 0
+        # copying DeepSpeed's recovery scripts, after the last collective but before the closing
+        # barrier: meet the other ranks there
+        failure = exc
+        dist.barrier()
+    failure = checkpoint_engine.failure or failure
+    weights = consolidated_state_dict(engine)  # gathers the shards under ZeRO-3: every rank
+    if failure is not None:
+        return failure
+    try:
+        (partial / f"data-rank{rank}.json").write_text(json.dumps(data_state))
+        torch.save(_rng_state(), partial / f"rng-rank{rank}.pt")
+        if rank == 0:
+            torch.save({"model_config": meta["model_config"], "state_dict": weights},
+                       partial / "weights.pt")
+            # written last: a directory with meta.json is a complete checkpoint
+            (partial / "meta.json").write_text(json.dumps({**meta, "step": step}))
+    except WRITE_ERRORS as exc:
+        return exc
+    return None
+
+
+def _commit(partial: Path, final: Path) -> OSError | None:
+    """Rank 0: rename the finished directory and point `latest` at it."""
+    pointer = final.parent / LATEST
+    try:
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        tmp = pointer.with_name(f".{LATEST}.tmp")
+        tmp.write_text(final.name)
+        tmp.replace(pointer)
+    except OSError as exc:
+        # renamed but `latest` not moved: drop it so that what is on disk is what `latest` says
+        shutil.rmtree(final, ignore_errors=True)
+        return exc
+    return None
+
+
+def _prune(checkpoints: Path, run_id: str | None, keep_last: int, saved: Path) -> None:
+    """Remove this run's checkpoints but the newest `keep_last`, ordered by step, not by name
+    (step-1000000 sorts before step-999999 as text). Another run's checkpoints, or a directory
+    without a readable meta.json, are not this run's to remove."""
+    ours = []
+    for path in checkpoints.glob("step-*"):
+        try:
+            meta = read_meta(path)
+        except (OSError, ValueError):
+            continue
+        if meta.get("run_id") == run_id:
+            ours.append((meta["step"], path))
+    for _, old in sorted(ours)[:-keep_last]:
+        if old != saved:
+            shutil.rmtree(old)
 
 
 def read_meta(path: Path) -> dict:
@@ -113,12 +334,37 @@ def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None
 
 
 def load(engine, path: Path) -> tuple[int, dict]:
-    """Restore engine, RNG and return (step, this rank's data loader state)."""
+    """Restore engine, RNG and return (step, this rank's data loader state).
+
+    Refuses (TrainError) a checkpoint with a file that loading could run code from, or whose
+    weights or optimizer state are not finite."""
     rank = dist.get_rank()
+    for file in sorted(path.glob("*.pt")):
+        _refuse_unsafe(file, DEEPSPEED_GLOBALS)
+    _checkpoint_engine(engine)
     engine.load_checkpoint(str(path.parent), tag=path.name)
+    if not _agree(all(map(_is_finite, _engine_tensors(engine))), engine.device):
+        raise TrainError(f"{path}: holds non-finite weights or optimizer state; refusing to "
+                         "resume from it")
     data_file = path / f"data-rank{rank}.json"
     if not data_file.exists():
         raise TrainError(f"{path}: no data state for rank {rank}; was it saved with another "
                          "number of processes?")
-    _set_rng_state(torch.load(path / f"rng-rank{rank}.pt", weights_only=False))
+    _set_rng_state(_torch_load(path / f"rng-rank{rank}.pt"))
     return read_meta(path)["step"], json.loads(data_file.read_text())
+
+
+def load_weights(path: Path) -> dict:
+    """A checkpoint's `weights.pt` (`path` is the file): {"model_config": dict, "state_dict":
+    tensors}, for evaluation without DeepSpeed. Refuses a file that could run code, is not such
+    a payload, or holds non-finite weights."""
+    payload = _torch_load(path, map_location="cpu")
+    if not (isinstance(payload, dict) and isinstance(payload.get("model_config"), dict)
+            and isinstance(payload.get("state_dict"), dict)):
+        raise TrainError(f"{path}: not a weights file (a dict of model_config and state_dict)")
+    tensors = list(_tensors(payload["state_dict"]))
+    bad = sum(not _is_finite(t) for t in tensors)
+    if bad:
+        raise TrainError(f"{path}: holds non-finite weights ({bad} of {len(tensors)} tensors); "
+                         "it cannot be evaluated")
+    return payload

@@ -41,6 +41,8 @@ def setup() -> Dist:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported
     import deepspeed
 
+    if not cuda:
+        _shared_memory_op(int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]))
     local_rank = int(os.environ["LOCAL_RANK"])
     if cuda:
         torch.cuda.set_device(local_rank)
@@ -49,3 +51,19 @@ def setup() -> Dist:
     return Dist(rank=torch.distributed.get_rank(), world_size=torch.distributed.get_world_size(),
                 local_rank=local_rank,
                 device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"))
+
+
+def _shared_memory_op(world_size: int, rank: int) -> None:
+    """DeepSpeed on CPU compiles a shared-memory all-reduce op (~1-2 minutes, once per machine)
+    when it initialises. A single process has nothing to reduce: skip it. Several processes use
+    it: say so before the silent compile."""
+    import deepspeed.ops
+    from torch.utils.cpp_extension import _get_build_directory
+
+    name = "deepspeed_shm_comm"
+    if world_size == 1:
+        deepspeed.ops.__compatible_ops__[name] = False  # what DeepSpeed checks before building
+    elif rank == 0 and not os.path.exists(os.path.join(_get_build_directory(name, False),
+                                                       f"{name}.so")):
+        print(f"DeepSpeed is compiling its CPU communication op {name} (first multi-process "
+              "CPU run on this machine, 1-2 minutes; cached afterwards)", flush=True)

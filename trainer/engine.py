@@ -9,7 +9,9 @@ import json
 import math
 import random
 import resource
+import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -19,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import OmegaConf
+from tqdm import tqdm
 
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.manifest import read_manifest
@@ -51,8 +54,7 @@ def data_config(train: TrainConfig) -> DataConfig:
 
 
 def model_for_corpus(model: ModelConfig, train: TrainConfig, manifest: dict) -> ModelConfig:
-    return replace(ModelConfig(**asdict(model)), vocab_size=manifest["tokenizer"]["vocab_size"],
-                   ctx=train.ctx)
+    return replace(model, vocab_size=manifest["tokenizer"]["vocab_size"], ctx=train.ctx)
 
 
 def ds_config(train: TrainConfig) -> dict:
@@ -115,8 +117,9 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     try:
         model_config.validate()
         data = PackedBatches(corpus_dir, data_config(cfg), world.rank, world.world_size)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, CorpusError) as exc:
         raise TrainError(str(exc)) from None
+    _claim_run_dir(run_dir, cfg.resume, world)
     _seed_everything(cfg.seed)  # identical initial weights on every rank
     model = GPT(model_config)
     import deepspeed
@@ -131,8 +134,12 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     checkpoints = run_dir / "checkpoints"
     meta = {"model_config": asdict(model_config),
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
-            "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size}
+            "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size,
+            "run_id": uuid.uuid4().hex}  # what keep_last prunes: this run's checkpoints only
     start = _resume(engine, data, checkpoints, cfg, meta)
+    if start and world.rank == 0:
+        print(f"train  | resumed from {checkpoints / checkpoint.tag(start)} (step {start} of "
+              f"{cfg.max_steps})", flush=True)
     if world.rank == 0:
         checkpoints.mkdir(parents=True, exist_ok=True)
         _write_config(run_dir, experiment, corpus_dir, model_config)
@@ -153,6 +160,30 @@ def _corpus_manifest(corpus_dir: Path) -> dict:
         raise TrainError(str(exc)) from None
 
 
+# what a run leaves in its directory; `resume=overwrite` removes exactly these
+RUN_FILES = ("checkpoints", "metrics.jsonl", "eval", "config.yaml", "wandb_id.txt")
+
+
+def _claim_run_dir(run_dir: Path, resume: str, world: Dist) -> None:
+    """`resume=none` starts a new run only in a directory holding none (two runs mixed in one
+    directory would prune each other's checkpoints and share a metrics file); `overwrite`
+    deletes the previous run first; `auto` continues it."""
+    checkpoints = run_dir / "checkpoints"
+    previous = [p for p in (checkpoints / checkpoint.LATEST, *checkpoints.glob("step-*"),
+                            run_dir / "metrics.jsonl") if p.exists()]
+    if resume == "none" and previous:
+        raise TrainError(f"{run_dir}: already holds a run ({previous[0].name}); resume=auto "
+                         "continues it, resume=overwrite deletes it and starts over, or choose "
+                         "another --run-dir")
+    if resume == "overwrite" and previous:
+        if world.rank == 0:
+            print(f"train  | resume=overwrite: deleting the previous run in {run_dir}", flush=True)
+            for name in RUN_FILES:
+                path = run_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        dist.barrier()
+
+
 def _resume(engine, data: PackedBatches, checkpoints: Path, cfg: TrainConfig,
             meta: dict) -> int:
     if cfg.resume != "auto":
@@ -161,6 +192,7 @@ def _resume(engine, data: PackedBatches, checkpoints: Path, cfg: TrainConfig,
     if path is None:
         return 0
     checkpoint.check_compatible(path, meta["model_config"], meta["tokenizer_sha256"])
+    meta["run_id"] = checkpoint.read_meta(path).get("run_id", meta["run_id"])
     step, data_state = checkpoint.load(engine, path)
     try:
         data.load_state_dict(data_state)
@@ -180,17 +212,24 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
     # the monitoring windows: the first `eval_batches` of the corpus in manifest order
     fixed = (PackedBatches(corpus_dir, replace(data_config(cfg), shuffle_shards=False),
                            world.rank, world.world_size) if cfg.eval_every else None)
-    timer, timed_from = time.perf_counter(), start
+    # DeepSpeed reports no gradient norm for a plain fp32 ZeRO-0 step: measure it ourselves
+    own_norm = engine.zero_optimization_stage() == 0 and cfg.precision == "fp32"
+    bar = tqdm(total=cfg.max_steps, initial=start, unit="step", dynamic_ncols=True,
+               disable=None if world.rank == 0 else True)  # a terminal's rank 0 only
+    began, timer, timed_from = time.perf_counter(), time.perf_counter(), start
     for step in range(start, cfg.max_steps):
         engine.train()
-        loss_sum = 0.0
+        loss_sum, grad_norm = 0.0, None
         for _ in range(cfg.grad_accum):
             loss = _forward(engine, next(batches), cfg, world.device)
             engine.backward(loss)
+            if own_norm and engine.is_gradient_accumulation_boundary():
+                grad_norm = _grad_norm(model)  # before the step clips and zeroes them
             engine.step()
             loss_sum += loss.item()
         loss_value = _mean_over_ranks(loss_sum / cfg.grad_accum, world.device)
         done = step + 1
+        bar.update()
         if not math.isfinite(loss_value):
             where = (f"last good checkpoint: {checkpoints / checkpoint.tag(last_saved)}"
                      if last_saved else "no checkpoint was saved")
@@ -198,7 +237,8 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
         if done % cfg.log_every == 0 or done == cfg.max_steps or done == start + 1:
             elapsed = time.perf_counter() - timer
             tokens_per_s = tokens_per_step * (done - timed_from) / max(elapsed, 1e-9)
-            grad_norm = engine.get_global_grad_norm()
+            if grad_norm is None:
+                grad_norm = engine.get_global_grad_norm()
             metrics = {
                 "loss": loss_value,
                 "lr": engine.get_lr()[0],
@@ -212,9 +252,12 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
             if cfg.eval_every and done % cfg.eval_every == 0:
                 metrics["eval_loss"] = _eval_loss(engine, fixed, cfg, world)
             tracker.log(metrics, done)
+            bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:,.0f}")
             if world.rank == 0:
-                print(f"step {done:>6} | loss {loss_value:.4f} | lr {metrics['lr']:.2e} | "
-                      f"{tokens_per_s:,.0f} tok/s", flush=True)
+                eta = (time.perf_counter() - began) / (done - start) * (cfg.max_steps - done)
+                tqdm.write(f"step {done:>6}/{cfg.max_steps} | loss {loss_value:.4f} | "
+                           f"lr {metrics['lr']:.2e} | {tokens_per_s:,.0f} tok/s | "
+                           f"eta {_duration(eta)}")
             timer, timed_from = time.perf_counter(), done
         if done % cfg.ckpt_every == 0 or done == cfg.max_steps:
             checkpoint.save(engine, checkpoints, done, meta, data.state_dict(), cfg.keep_last)
@@ -222,7 +265,19 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
             timer, timed_from = time.perf_counter(), done  # saving is not training time
         if on_step is not None:
             on_step(done, {"loss": loss_value})
+    bar.close()
     return metrics
+
+
+def _grad_norm(model: GPT) -> float:
+    """The global L2 norm of the gradients as the optimizer sees them (averaged over ranks)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{secs:02d}s"
 
 
 def _eval_loss(engine, fixed: PackedBatches, cfg: TrainConfig, world: Dist) -> float:

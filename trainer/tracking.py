@@ -3,9 +3,9 @@
 Only rank 0 tracks. W&B is imported lazily: a disabled run never pays for it.
 """
 
-import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 
 
@@ -57,11 +57,11 @@ class Tracker:
 
 
 def _run_id(run_dir: Path, name: str) -> str:
-    """A stable W&B id per run directory, so a resumed run logs into the same W&B run."""
+    """A W&B id kept in the run directory, so a resumed run logs into the same W&B run."""
     id_file = run_dir / "wandb_id.txt"
     if id_file.exists():
         return id_file.read_text().strip()
-    run_id = f"{name}-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:8]}"
+    run_id = f"{name}-{uuid.uuid4().hex[:8]}"  # a run started over is a new W&B run
     id_file.write_text(run_id)
     return run_id
 

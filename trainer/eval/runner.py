@@ -1,4 +1,4 @@
-"""`physlm eval RUN_DIR --task T`: load the run's latest weights and run evaluation tasks."""
+"""`physlm eval RUN_DIR [--task T]`: load the run's latest weights and run evaluation tasks."""
 
 import json
 from pathlib import Path
@@ -21,15 +21,20 @@ def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
     path = checkpoint.latest_checkpoint(run_dir / "checkpoints")
     if path is None:
         raise TrainError(f"{run_dir}: no checkpoint to evaluate (checkpoints/latest missing)")
-    saved = torch.load(path / "weights.pt", map_location="cpu", weights_only=False)
-    model = GPT(ModelConfig(**saved["model_config"]))
-    model.load_state_dict(saved["state_dict"])
+    saved = checkpoint.load_weights(path / "weights.pt")  # tensors and plain types only
+    try:
+        model = GPT(ModelConfig(**saved["model_config"]))
+        model.load_state_dict(saved["state_dict"])
+    except (TypeError, ValueError, RuntimeError) as exc:  # torch lists every mismatched tensor
+        raise TrainError(f"{path / 'weights.pt'}: does not fit its model_config: "
+                         f"{str(exc).strip().splitlines()[-1].strip()}") from None
     return model.to(device).eval(), checkpoint.read_meta(path)
 
 
-def evaluate(run_dir: Path, task_names: list[str], eval_config: EvalConfig | None = None,
-             corpus_dir: Path | None = None) -> dict:
-    """Run `task_names` on the run's latest checkpoint; write `<run>/eval/<task>.json`."""
+def evaluate(run_dir: Path, task_names: list[str] | None = None,
+             eval_config: EvalConfig | None = None, corpus_dir: Path | None = None) -> dict:
+    """Run `task_names` (default: the run's `eval.tasks`) on the run's latest checkpoint; write
+    `<run>/eval/<task>.json`."""
     config_path = run_dir / "config.yaml"
     if not config_path.exists():
         raise TrainError(f"{run_dir}: not a run directory (no config.yaml)")
@@ -38,6 +43,7 @@ def evaluate(run_dir: Path, task_names: list[str], eval_config: EvalConfig | Non
     if eval_config is None:
         eval_config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig),
                                                           resolved.eval))
+    task_names = list(task_names or eval_config.tasks)
     known = tasks()
     for name in task_names:
         if name not in known:
@@ -57,7 +63,7 @@ def evaluate(run_dir: Path, task_names: list[str], eval_config: EvalConfig | Non
     results = {}
     for name in task_names:
         task = known[name]
-        result = {"step": meta["step"], **task.run(context, eval_config)}
+        result = {"step": meta["step"], "run": resolved.name, **task.run(context, eval_config)}
         atomic_write(out / f"{name}.json", (json.dumps(result, indent=1) + "\n").encode())
         tracker.summary(_flatten(f"eval/{name}", result))
         if task.plot is not None:

@@ -1,0 +1,255 @@
+"""Checkpoints: nothing loaded can run code, only finite state is saved, keep_last keeps this
+run's newest, and a full disk leaves the last good checkpoint in place."""
+
+import json
+import re
+import resource
+import shutil
+import signal
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_experiment_file
+
+from trainer import checkpoint
+from trainer.config import TrainConfig, load_experiment
+from trainer.engine import ds_config, train
+from trainer.errors import TrainError
+from trainer.model import GPT, ModelConfig
+
+NAN = float("nan")
+
+
+@pytest.fixture(scope="module")
+def corpus(train_corpus):
+    return train_corpus
+
+
+def _experiment(tmp_path, *overrides):
+    return load_experiment(tiny_experiment_file(tmp_path), list(overrides))
+
+
+@pytest.fixture(scope="module")
+def zero1_run(corpus, tmp_path_factory):
+    """A ZeRO-1 run with one checkpoint, step 2: DeepSpeed writes model and optimizer files."""
+    tmp = tmp_path_factory.mktemp("zero1")
+    train(_experiment(tmp, "train.zero_stage=1", "train.max_steps=2", "train.ckpt_every=2"),
+          tmp / "run", corpus)
+    return tmp / "run"
+
+
+def _engine(zero_stage: int = 0):
+    """A tiny DeepSpeed engine after one optimizer step, so that the optimizer has moments."""
+    import deepspeed
+
+    from trainer.distributed import setup
+
+    setup()
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, vocab_size=50, ctx=8))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer,
+        config=ds_config(TrainConfig(micro_batch=2, zero_stage=zero_stage)))
+    engine.backward(engine(torch.randint(0, 50, (2, 8))).mean())
+    engine.step()
+    return engine
+
+
+def _meta(engine, run_id: str = "this-run") -> dict:
+    return {"model_config": asdict(engine.module.config), "run_id": run_id}
+
+
+class Planted:
+    """Unpickling this opens (creates) `marker`: stands for any code a pickle could run."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("name", ["mp_rank_00_model_states.pt",
+                                  "zero_pp_rank_0_mp_rank_00_optim_states.pt", "rng-rank0.pt",
+                                  "weights.pt"])
+def test_a_pickle_planted_in_any_checkpoint_file_stops_resume_before_it_runs(
+        corpus, zero1_run, tmp_path, name):
+    run = tmp_path / "run"
+    shutil.copytree(zero1_run, run)
+    marker = tmp_path / "marker"
+    torch.save({"planted": Planted(marker)}, run / "checkpoints/step-000002" / name)
+    with pytest.raises(TrainError, match=rf"step-000002/{re.escape(name)}: holds io\.open, "
+                                         "which loading could run as code"):
+        train(_experiment(tmp_path, "train.zero_stage=1", "train.max_steps=4"), run, corpus)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["mp_rank_00_model_states.pt",
+                                  "zero_pp_rank_0_mp_rank_00_optim_states.pt", "rng-rank0.pt"])
+def test_each_file_resume_reads_is_loaded_weights_only_even_unscreened(
+        corpus, zero1_run, tmp_path, monkeypatch, name):
+    # without the screening of the whole directory, DeepSpeed's checkpoint engine and the RNG
+    # load must refuse the pickle themselves
+    monkeypatch.setattr(checkpoint, "_refuse_unsafe", lambda *_: None)
+    run = tmp_path / "run"
+    shutil.copytree(zero1_run, run)
+    marker = tmp_path / "marker"
+    torch.save({"planted": Planted(marker)}, run / "checkpoints/step-000002" / name)
+    with pytest.raises(TrainError, match=rf"{re.escape(name)}: holds objects other than tensors"):
+        train(_experiment(tmp_path, "train.zero_stage=1", "train.max_steps=4"), run, corpus)
+    assert not marker.exists()
+
+
+def test_load_weights_refuses_a_planted_pickle_and_reads_a_real_file(zero1_run, tmp_path):
+    weights = zero1_run / "checkpoints/step-000002/weights.pt"
+    payload = checkpoint.load_weights(weights)
+    assert payload["model_config"]["n_layer"] == 2
+    assert payload["state_dict"]["lm_head.weight"].shape == (600, 32)
+    marker = tmp_path / "marker"
+    planted = tmp_path / "weights.pt"
+    torch.save({"model_config": payload["model_config"], "state_dict": Planted(marker)}, planted)
+    with pytest.raises(TrainError, match=r"weights\.pt: holds objects other than tensors"):
+        checkpoint.load_weights(planted)
+    assert not marker.exists()
+
+
+def test_load_weights_refuses_non_finite_weights(tmp_path):
+    path = tmp_path / "weights.pt"
+    torch.save({"model_config": {}, "state_dict": {"a": torch.tensor([1.0, NAN]),
+                                                   "b": torch.ones(2),
+                                                   "c": torch.tensor([float("inf")])}}, path)
+    with pytest.raises(TrainError, match=r"weights\.pt: holds non-finite weights \(2 of 3 "
+                                         r"tensors\); it cannot be evaluated"):
+        checkpoint.load_weights(path)
+
+
+def _fake_checkpoint(checkpoints: Path, step: int, run_id: str) -> Path:
+    path = checkpoints / checkpoint.tag(step)
+    path.mkdir(parents=True)
+    (path / "meta.json").write_text(json.dumps({"run_id": run_id, "step": step}))
+    return path
+
+
+def test_keep_last_keeps_this_runs_newest_and_leaves_other_runs_alone(tmp_path):
+    engine = _engine()
+    checkpoints = tmp_path / "checkpoints"
+    others = [_fake_checkpoint(checkpoints, step, "another-run") for step in (50, 60)]
+    unreadable = checkpoints / "step-000070"
+    unreadable.mkdir()  # no meta.json: nobody's to remove
+    for step in range(1, 5):
+        saved = checkpoint.save(engine, checkpoints, step, _meta(engine), {"batch": step},
+                                keep_last=2)
+        assert saved == checkpoints / checkpoint.tag(step) and saved.is_dir()
+    names = sorted(p.name for p in checkpoints.iterdir())
+    assert names == ["latest", "step-000003", "step-000004", "step-000050", "step-000060",
+                     "step-000070"]
+    assert (checkpoints / "latest").read_text() == "step-000004"
+    assert [checkpoint.read_meta(p) for p in others] == [
+        {"run_id": "another-run", "step": 50}, {"run_id": "another-run", "step": 60}]
+
+
+def test_keep_last_orders_checkpoints_by_step_not_by_name(tmp_path):
+    engine = _engine()
+    checkpoints = tmp_path / "checkpoints"
+    for step in (999998, 999999):
+        _fake_checkpoint(checkpoints, step, "this-run")
+    checkpoint.save(engine, checkpoints, 1000000, _meta(engine), {}, keep_last=2)
+    # as text, step-1000000 sorts first: pruning by name would delete the save just made
+    assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1000000", "step-999999"]
+    assert (checkpoints / "latest").read_text() == "step-1000000"
+
+
+def _entries(checkpoints: Path) -> list[str]:
+    """`latest` and the checkpoint directories, finished or partial (DeepSpeed also copies its
+    recovery scripts into the checkpoints directory under ZeRO)."""
+    return sorted(p.name for p in checkpoints.iterdir() if not p.name.endswith(".py"))
+
+
+def _all_weights_finite(checkpoints: Path) -> bool:
+    return all(torch.isfinite(t).all() for path in checkpoints.glob("step-*/weights.pt")
+               for t in torch.load(path, weights_only=True)["state_dict"].values())
+
+
+def test_training_stops_rather_than_save_non_finite_weights(corpus, tmp_path, monkeypatch):
+    real = checkpoint.save
+
+    def poisoning_save(engine, checkpoints, step, *args):
+        if step == 4:  # the loss of this step was finite; the weights are not any more
+            with torch.no_grad():
+                next(engine.module.parameters())[0, 0] = NAN
+        return real(engine, checkpoints, step, *args)
+
+    monkeypatch.setattr(checkpoint, "save", poisoning_save)
+    run = tmp_path / "run"
+    with pytest.raises(TrainError, match=r"^weights or optimizer state became non-finite by "
+                                         r"step 4; not saved \(last good checkpoint: "
+                                         r".*/checkpoints/step-000002\)$"):
+        train(_experiment(tmp_path, "train.max_steps=6", "train.ckpt_every=2"), run, corpus)
+    checkpoints = run / "checkpoints"
+    assert _entries(checkpoints) == ["latest", "step-000002"]
+    assert (checkpoints / "latest").read_text() == "step-000002"
+    assert _all_weights_finite(checkpoints)
+
+
+@pytest.mark.parametrize("zero_stage, poison", [
+    (0, lambda e: e.optimizer.state[next(e.module.parameters())]["exp_avg"]),
+    (1, lambda e: e.optimizer.single_partition_of_fp32_groups[0]),
+    (3, lambda e: next(e.module.parameters()).ds_tensor),
+], ids=["adam-moment", "zero1-fp32-partition", "zero3-shard"])
+def test_save_refuses_non_finite_optimizer_state_and_partitions(tmp_path, zero_stage, poison):
+    engine = _engine(zero_stage)
+    checkpoints = tmp_path / "checkpoints"
+    checkpoint.save(engine, checkpoints, 1, _meta(engine), {}, keep_last=2)
+    with torch.no_grad():
+        poison(engine).view(-1)[0] = NAN
+    with pytest.raises(TrainError, match=r"non-finite by step 2; not saved \(last good "
+                                         r"checkpoint: .*step-000001\)"):
+        checkpoint.save(engine, checkpoints, 2, _meta(engine), {}, keep_last=2)
+    assert _entries(checkpoints) == ["latest", "step-000001"]
+    assert _all_weights_finite(checkpoints)
+
+
+def test_load_refuses_a_checkpoint_with_non_finite_weights(tmp_path):
+    engine = _engine()
+    path = checkpoint.save(engine, tmp_path / "checkpoints", 1, _meta(engine), {}, keep_last=2)
+    states = path / "mp_rank_00_model_states.pt"
+    saved = torch.load(states, weights_only=True)
+    next(iter(saved["module"].values())).view(-1)[0] = NAN
+    torch.save(saved, states)
+    with pytest.raises(TrainError, match=r"step-000001: holds non-finite weights or optimizer "
+                                         "state; refusing to resume from it"):
+        checkpoint.load(engine, path)
+
+
+def test_a_full_disk_during_a_save_keeps_the_last_good_checkpoint(corpus, tmp_path):
+    run = tmp_path / "run"
+    checkpoints = run / "checkpoints"
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.getsignal(signal.SIGXFSZ)
+
+    def fill_disk(step, _):
+        if step == 2:
+            # files may grow to half DeepSpeed's model file: the next save cannot be written
+            size = (checkpoints / "step-000002/mp_rank_00_model_states.pt").stat().st_size
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, limits[1]))
+
+    experiment = _experiment(tmp_path, "train.max_steps=4", "train.ckpt_every=2")
+    try:
+        with pytest.raises(TrainError) as caught:
+            train(experiment, run, corpus, on_step=fill_disk)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert re.fullmatch(r".*/checkpoints/\.partial-step-000004: saving the checkpoint failed "
+                        r"\(.+\); removed it, the last good checkpoint is intact: "
+                        r".*/checkpoints/step-000002", message), message
+    assert _entries(checkpoints) == ["latest", "step-000002"]
+    assert (checkpoints / "latest").read_text() == "step-000002"
+    train(experiment, run, corpus)  # with room again, the run resumes and finishes
+    assert (checkpoints / "latest").read_text() == "step-000004"
