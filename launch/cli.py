@@ -1,20 +1,68 @@
-"""`physlm` entry point: one subcommand per verb, errors as one line and a non-zero exit."""
+"""`physlm` entry point: one subcommand per verb, errors as one line and a non-zero exit.
+
+Only argparse and the two tiny error modules load at start-up, so `physlm --help` and usage
+errors answer at once; each verb imports its machinery (omegaconf, numpy, torch) when it runs.
+"""
 
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
-from corpus_gen.core.config import load_config
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.core.generate import generate_corpus
-from corpus_gen.core.registry import schemas
-from corpus_gen.core.verify import verify_corpus
 from trainer.errors import TrainError
 
 USER_ERRORS = (CorpusError, TrainError)  # reported as one line, exit code 2
 
+VERBS = {  # one line each: the top-level help lists them; each verb's --help opens with its own
+    "gen": "generate a corpus from a corpus config: shards, eval sets, tokenizer, manifest",
+    "verify": "re-check every checksum of a generated corpus",
+    "train": "train an experiment's model on its (already generated) corpus",
+    "eval": "evaluate a run's latest checkpoint on the tasks in its config (or --task)",
+    "run": "all of it for one experiment, locally: gen (cached) -> train -> eval",
+}
+
+DESCRIPTION = f"""\
+physlm generates the synthetic corpora of "Physics of Language Models" (biographies, iGSM),
+trains GPT models on them with DeepSpeed, and evaluates what they learned.
+
+verbs:
+{chr(10).join(f"  {verb:<8}{text}" for verb, text in VERBS.items())}
+
+Run `physlm VERB --help` for a verb's arguments."""
+
+EPILOG = """\
+examples:
+  physlm run configs/experiment/quickstart.yaml        # a first experiment, end to end on CPU
+  physlm gen configs/corpus/bios_s_single.yaml people=2000 --workers 2
+  physlm train configs/experiment/quickstart.yaml train.max_steps=200 model.n_layer=2
+  physlm eval runs/quickstart --task qa                # default: the tasks in its config"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other physlm error (argparse's usage block above
+    the message buries it); subcommand parsers inherit this class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _workers(text: str) -> int:
+    """argparse type for --workers: a whole number of processes, at least one."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0  # refused below, with the same message
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text}")
+    return value
+
 
 def _gen(args: argparse.Namespace) -> int:
+    from corpus_gen.core.config import load_config
+    from corpus_gen.core.generate import generate_corpus
+    from corpus_gen.core.registry import schemas
+
     config = load_config(args.config, args.overrides, schemas())
     out = Path(args.out) if args.out else Path("corpora") / Path(args.config).stem
     progress = False if args.no_progress else None
@@ -23,6 +71,8 @@ def _gen(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from corpus_gen.core.verify import verify_corpus
+
     problems = verify_corpus(Path(args.corpus))
     for line in problems:
         print(line, file=sys.stderr)
@@ -47,6 +97,7 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from trainer.eval.runner import evaluate
 
+    # no --task: None, which evaluate() reads as the run's own eval.tasks
     results = evaluate(Path(args.run_dir), args.task,
                        corpus_dir=Path(args.corpus) if args.corpus else None)
     for name, result in results.items():
@@ -85,25 +136,32 @@ def _summary_table(name: str, result: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="physlm", description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", required=True)
+    parser = _Parser(prog="physlm", usage="physlm [-h] VERB ...", description=DESCRIPTION,
+                     epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    # DESCRIPTION lists the verbs, so argparse's own listing is suppressed (prog: the verbs'
+    # programs derive from the usage line otherwise)
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB", prog="physlm",
+                                  help=argparse.SUPPRESS)
 
-    gen = verbs.add_parser("gen", help="generate a corpus: shards, eval sets, tokenizer, manifest")
+    def verb_parser(verb: str) -> argparse.ArgumentParser:
+        return verbs.add_parser(verb, help=VERBS[verb], description=VERBS[verb])
+
+    gen = verb_parser("gen")
     gen.add_argument("config", help="corpus YAML, e.g. configs/corpus/bios_s_single.yaml")
     gen.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. people=20000")
     gen.add_argument("--out", help="output directory (default: corpora/<config name>)")
-    gen.add_argument("--workers", type=int, default=1, help="parallel generator processes")
+    gen.add_argument("--workers", type=_workers, default=1,
+                     help="parallel generator processes (>= 1; default 1)")
     gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     gen.set_defaults(run=_gen)
 
-    verify = verbs.add_parser("verify", help="re-check every checksum of a generated corpus")
+    verify = verb_parser("verify")
     verify.add_argument("corpus", help="corpus directory (holding manifest.json)")
     verify.set_defaults(run=_verify)
 
-    for verb, helptext, function in (
-            ("train", "train the experiment's model on its (already generated) corpus", _train),
-            ("run", "gen (cached) -> train -> eval for one experiment, locally", _run)):
-        sub = verbs.add_parser(verb, help=helptext)
+    for verb, function in (("train", _train), ("run", _run)):
+        sub = verb_parser(verb)
         sub.add_argument("experiment", help="experiment YAML (configs/experiment/*.yaml)")
         sub.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.n_layer=8")
         sub.add_argument("--run-dir", help="run directory (default: runs/<experiment name>)")
@@ -111,19 +169,21 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--corpus", help="corpus directory (default: the experiment's "
                              "cached corpus under corpora/)")
         else:
-            sub.add_argument("--workers", type=int, default=1, help="corpus generator processes")
+            sub.add_argument("--workers", type=_workers, default=1,
+                             help="corpus generator processes (>= 1; default 1)")
         sub.set_defaults(run=function)
 
-    evaluate = verbs.add_parser("eval", help="evaluate a run's latest checkpoint")
+    evaluate = verb_parser("eval")
     evaluate.add_argument("run_dir", help="run directory")
-    evaluate.add_argument("--task", action="append", required=True,
-                          help="evaluation task (repeatable), e.g. qa")
+    evaluate.add_argument("--task", action="append",
+                          help="evaluation task, repeatable, e.g. qa or igsm (default: the "
+                               "tasks in the run's config, eval.tasks)")
     evaluate.add_argument("--corpus", help="corpus directory (default: the run's)")
     evaluate.set_defaults(run=_eval)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = build_parser()
     # Overrides may come after options (`gen cfg.yaml --out d people=5`): collect the leftovers.
     args, extra = parser.parse_known_args(argv)
@@ -131,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides += extra
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse(argv)
+    except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2)
+        return exc.code
     try:
         return args.run(args)
     except USER_ERRORS as exc:

@@ -1,8 +1,14 @@
+import math
+from pathlib import Path
+
 import pytest
 
 from corpus_gen.core.config import load_config
 from corpus_gen.core.errors import ConfigError, CorpusError
 from corpus_gen.core.registry import schemas
+from trainer.config import load_experiment
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "experiment" / "quickstart.yaml"
 
 
 def _load(tmp_path, text, overrides=()):
@@ -54,3 +60,50 @@ def test_missing_and_malformed_files_are_named(tmp_path):
         _load(tmp_path, "family: [bios\n")
     with pytest.raises(ConfigError, match="key=value"):
         _load(tmp_path, "family: bios\n", ["people"])
+
+
+def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, "family: bios\ntokenizer:\n  vocab: 5\n")
+    assert caught.value.reason == "unknown key; known: model_type, sample_records, vocab_size"
+
+
+@pytest.mark.parametrize("override, key, value, reason", [
+    ("train.beta1=3", "train.beta1", 3.0, "must be in [0, 1)"),
+    ("train.beta2=1", "train.beta2", 1.0, "must be in [0, 1)"),
+    ("train.grad_clip=-1", "train.grad_clip", -1.0, "must be >= 0 and finite (0: no clipping)"),
+    ("train.weight_decay=-0.1", "train.weight_decay", -0.1, "must be >= 0 and finite"),
+    ("train.lr=inf", "train.lr", math.inf, "must be > 0 and finite"),
+    ("train.eval_every=-1", "train.eval_every", -1, "must be >= 0 (0: off)"),
+    ("train.seed=-1", "train.seed", -1, "must be in [0, 2**32)"),
+    ("train.resume=restart", "train.resume", "restart", "must be auto, none or overwrite"),
+    ("model.dropout=1.5", "model.dropout", 1.5, "must be in [0, 1)"),
+    ("model.init_std=0", "model.init_std", 0.0, "must be > 0 and finite"),
+    ("eval.qa.max_people=-1", "eval.qa.max_people", -1, "must be >= 0 (0: all)"),
+    ("train.wandb=3", "train.wandb", 3, "must be a mapping of keys: entity, mode, project"),
+    ("eval.tasks=qa", "eval.tasks", "qa", "must be a list, e.g. [qa]"),
+    ("eval.qa.splits.x=3", "eval.qa.splits", {"x": 3}, "must be a list, e.g. [test, train]"),
+])
+def test_out_of_range_experiment_values_name_the_key(override, key, value, reason):
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(QUICKSTART, [override])
+    error = caught.value
+    assert (error.key, error.value, error.reason, error.source) == (
+        key, value, reason, "command line")
+
+
+def test_nan_learning_rate_is_refused():
+    with pytest.raises(ConfigError, match=r"^command line: train.lr=nan: must be > 0 and finite$"):
+        load_experiment(QUICKSTART, ["train.lr=nan"])
+
+
+def test_every_resume_mode_loads():
+    for mode in ("auto", "none", "overwrite"):
+        assert load_experiment(QUICKSTART, [f"train.resume={mode}"]).train.resume == mode
+
+
+def test_model_errors_name_the_file_they_come_from(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("model:\n  base: gpt_tiny\n  dropout: 1.5\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: model.dropout=1.5: must be in \[0, 1\)$"):
+        load_experiment(path, [])

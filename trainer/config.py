@@ -5,6 +5,7 @@ from a file with `base: <name>`; dotted overrides (`model.n_layer=8 train.lr=3e-
 Every group is validated against its dataclass schema, and errors name key, value and file.
 """
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,9 +46,9 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup_steps: int = 100
     weight_decay: float = 0.1
-    beta1: float = 0.9
+    beta1: float = 0.9  # AdamW betas, each in [0, 1)
     beta2: float = 0.95
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # max global gradient norm (0: no clipping)
     precision: str = "fp32"  # fp32 | bf16 | fp16
     zero_stage: int = 0
     doc_mask: bool = True  # attention confined to each document
@@ -59,20 +60,34 @@ class TrainConfig:
     eval_batches: int = 4
     ckpt_every: int = 500
     keep_last: int = 2
-    resume: str = "auto"  # auto: continue the latest checkpoint if any | none
+    # auto: continue the latest checkpoint if any | none: start fresh, refused if the run
+    # directory already holds a run | overwrite: delete the directory's previous run, start over
+    resume: str = "auto"
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
         for key in ("max_steps", "ctx", "micro_batch", "grad_accum", "log_every", "ckpt_every",
                     "keep_last", "eval_batches"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        require(self.lr > 0, "lr", self.lr, "must be > 0")
-        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
-        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
+        # numpy's generators take seeds in [0, 2**32)
+        require(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32)")
+        # comparisons with inf bounds also refuse nan, which no comparison accepts
+        require(0 < self.lr < math.inf, "lr", self.lr, "must be > 0 and finite")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio,
+                "must be in [0, 1]")
+        require(0 <= self.weight_decay < math.inf, "weight_decay", self.weight_decay,
+                "must be >= 0 and finite")
+        for key in ("beta1", "beta2"):
+            require(0 <= getattr(self, key) < 1, key, getattr(self, key), "must be in [0, 1)")
+        require(0 <= self.grad_clip < math.inf, "grad_clip", self.grad_clip,
+                "must be >= 0 and finite (0: no clipping)")
+        for key in ("warmup_steps", "eval_every"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0 (0: off)")
         require(self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision,
                 "must be fp32, bf16 or fp16")
         require(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "must be 0-3")
-        require(self.resume in ("auto", "none"), "resume", self.resume, "must be auto or none")
+        require(self.resume in ("auto", "none", "overwrite"), "resume", self.resume,
+                "must be auto, none or overwrite")
         require(self.wandb.mode in ("online", "offline", "disabled"), "wandb.mode",
                 self.wandb.mode, "must be online, offline or disabled")
 
@@ -100,6 +115,8 @@ class EvalConfig:
 
     def validate(self) -> None:
         require(self.qa.batch_size >= 1, "qa.batch_size", self.qa.batch_size, "must be >= 1")
+        require(self.qa.max_people >= 0, "qa.max_people", self.qa.max_people,
+                "must be >= 0 (0: all)")
         for split in self.qa.splits:
             require(split in ("train", "test"), "qa.splits", split, "must be train or test")
         for key in ("batch_size", "max_new_tokens"):
@@ -121,18 +138,6 @@ class Experiment:
     train: TrainConfig
     eval: EvalConfig
     source: str  # the experiment file
-
-
-class _ModelSchema(ModelConfig):
-    """ModelConfig whose validate() errors become ConfigErrors naming the field."""
-
-    def validate(self) -> None:
-        try:
-            super().validate()
-        except ValueError as exc:  # ModelConfig says "field=value: reason"
-            field_name, _, rest = str(exc).partition("=")
-            reason = rest.partition(": ")[2] or str(exc)
-            raise ConfigError(field_name, getattr(self, field_name, None), reason) from None
 
 
 def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
@@ -173,7 +178,7 @@ def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
         name=str(cli.get("name", given.get("name", Path(path).stem))),
         corpus=corpus,
         corpus_name=names["corpus"],
-        model=build_config(_ModelSchema, layers["model"] or [({}, source)], "model."),
+        model=build_config(ModelConfig, layers["model"] or [({}, source)], "model."),
         train=build_config(TrainConfig, layers["train"] or [({}, source)], "train."),
         eval=build_config(EvalConfig, layers["eval"] or [({}, source)], "eval."),
         source=source,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from corpus_gen.core.errors import ConfigError, CorpusError
 
@@ -53,12 +53,56 @@ def require(condition: bool, key: str, value: object, reason: str) -> None:
         raise ConfigError(key, value, reason)
 
 
-def _omegaconf_error(exc: OmegaConfBaseException, given: DictConfig, source: str,
-                     prefix: str = "") -> ConfigError:
-    key = exc.full_key or "?"
+def _omegaconf_error(exc: Exception, given: DictConfig, source: str, prefix: str = "",
+                     schema: DictConfig | None = None) -> ConfigError:
+    """The ConfigError for OmegaConf's `exc` on merging `given` onto `schema`, worded in config
+    keys: OmegaConf's own messages name the schema's Python classes, which users never wrote."""
+    # a group given a scalar, or a list a mapping: OmegaConf's message is obscure or names no
+    # key, and any such mismatch in `given` fails the merge
+    found = _find_shape_error(given, schema) if schema is not None else None
+    key, reason = found or (getattr(exc, "full_key", None) or "?", _reason(exc))
     value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
-    reason = (exc.msg or str(exc)).splitlines()[0]
     return ConfigError(prefix + key, value, reason, source)
+
+
+def _reason(exc: Exception) -> str:
+    parent = getattr(exc, "parent_node", None)
+    if isinstance(exc, ConfigKeyError) and isinstance(parent, DictConfig):
+        return f"unknown key; known: {_keys(parent)}"
+    return (getattr(exc, "msg", None) or str(exc)).splitlines()[0]
+
+
+def _keys(node: DictConfig) -> str:
+    return ", ".join(sorted(str(k) for k in node))
+
+
+def _shape_error(given: object, schema: object) -> str | None:
+    """Why `given` cannot stand at a schema node, when a mapping or list meets the wrong kind."""
+    if given is None or isinstance(given, type(schema)):
+        return None
+    if isinstance(schema, DictConfig):
+        return f"must be a mapping of keys: {_keys(schema)}"
+    if isinstance(schema, ListConfig):
+        example = ", ".join(str(item) for item in schema) or "a, b"
+        return f"must be a list, e.g. [{example}]"
+    return None
+
+
+def _find_shape_error(given: DictConfig, schema: DictConfig,
+                      path: str = "") -> tuple[str, str] | None:
+    """The first key (dotted) of `given` whose value has the wrong shape for `schema`."""
+    for key in given:
+        if key not in schema:
+            continue
+        here, want = given.get(key), schema.get(key)
+        reason = _shape_error(here, want)
+        if reason:
+            return f"{path}{key}", reason
+        if isinstance(here, DictConfig) and isinstance(want, DictConfig):
+            found = _find_shape_error(here, want, f"{path}{key}.")
+            if found:
+                return found
+    return None
 
 
 def read_yaml(path: str | Path) -> DictConfig:
@@ -91,8 +135,8 @@ def build_config(schema: type, layers: list[tuple[DictConfig, str]], prefix: str
     for given, source in layers:
         try:
             merged = OmegaConf.merge(merged, given)
-        except OmegaConfBaseException as exc:
-            raise _omegaconf_error(exc, given, source, prefix) from None
+        except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a mapping onto a list
+            raise _omegaconf_error(exc, given, source, prefix, merged) from None
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:

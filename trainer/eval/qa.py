@@ -9,10 +9,14 @@ and of its first token, per attribute and overall.
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainer.errors import TrainError
 from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _rows(corpus_dir: Path, split: str, max_people: int) -> list[dict]:
@@ -59,29 +63,65 @@ def run(context: EvalContext, config) -> dict:
             for split in qa.splits}
 
 
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
+# (result key, legend label, hatch): how the plot draws each metric
+METRICS = (("exact", "exact match", None), ("first_token", "first token", "///"))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def figure(results: dict) -> "Figure":
+    """Accuracy per attribute: for each split, exact match (solid bar) beside first-token
+    accuracy (hatched, same colour); the legend, below the axes, gives each split's n and means.
+
+    Chance: guessing a whole answer is ~0 (each attribute draws from hundreds of names, cities,
+    dates, ...), and the result holds no answer counts for a sharper figure, so a dashed line at
+    0 marks it. First-token chance can be higher (a birth date's first token is one of 12
+    months): bars near 1/12 there are no evidence of extraction.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import PercentFormatter
 
     splits = [name for name, value in results.items() if isinstance(value, dict)]
-    attributes = list(results[splits[0]]["per_attribute"])
-    width = 0.8 / len(splits)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    attributes = list(dict.fromkeys(a for s in splits for a in results[s]["per_attribute"]))
+    fig = Figure(figsize=(max(7.0, 1.3 * len(attributes)), 4.2))
+    ax = fig.subplots()
+    width = 0.8 / max(1, 2 * len(splits))
+    handles = []
     for i, split in enumerate(splits):
-        values = [results[split]["per_attribute"][a]["exact"] for a in attributes]
-        ax.bar([x + i * width for x in range(len(attributes))], values, width,
-               label=f"{split} (mean {results[split]['exact']:.1%})")
-    ax.set_xticks([x + width * (len(splits) - 1) / 2 for x in range(len(attributes))])
+        color = f"C{i}"
+        for j, (metric, label, hatch) in enumerate(METRICS):
+            offset = (2 * i + j + 0.5) * width - 0.4  # the group of bars centred on the tick
+            values = [results[split]["per_attribute"].get(a, {}).get(metric, 0.0)
+                      for a in attributes]
+            ax.bar([x + offset for x in range(len(attributes))], values, width,
+                   **_bar_style(color, hatch), label=f"{split} {label}")
+        entry = results[split]
+        handles.append(Patch(color=color, label=f"{split} (n={entry['n']}): exact "
+                             f"{entry['exact']:.1%}, first token {entry['first_token']:.1%}"))
+    handles.append(ax.axhline(0, color="gray", linestyle="--", linewidth=1.2,
+                              label="chance ~0 (exact match of an open-ended answer)"))
+    # the metric key last: with two columns it fills the right one
+    handles += [Patch(**_bar_style("dimgray", hatch), label=label) for _, label, hatch in METRICS]
+    ax.set_xticks(range(len(attributes)))
     ax.set_xticklabels([a.replace("_", " ") for a in attributes])
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("exact match")
-    ax.set_title("QA extraction accuracy by attribute")
-    ax.legend()
+    ax.set_ylim(-0.02, 1.02)  # the chance line at 0 stays visible
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylabel("accuracy")
+    ax.grid(axis="y", alpha=0.3)
+    run = f"{results['run']}, " if results.get("run") else ""
+    ax.set_title(f"QA extraction by attribute ({run}step {results.get('step', '?')})")
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2,
+              fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def _bar_style(color: str, hatch: str | None) -> dict:
+    return {"facecolor": color, "edgecolor": color, "alpha": 0.45 if hatch else 1.0,
+            "hatch": hatch}
+
+
+def plot(results: dict, path: Path) -> None:
+    figure(results).savefig(path, dpi=120, bbox_inches="tight")  # the legend sits outside
 
 
 register(Task("qa", run, plot))

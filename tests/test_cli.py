@@ -1,0 +1,75 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trainer.eval.runner
+from launch.cli import main
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "experiment" / "quickstart.yaml"
+
+
+def _usage_error(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb, workers", [("gen", "0"), ("gen", "-3"), ("run", "0")])
+def test_workers_below_one_is_refused_in_one_line(verb, workers, capsys):
+    err = _usage_error([verb, "some.yaml", "--workers", workers], capsys)
+    assert err == (f"physlm {verb}: error: argument --workers: must be a whole number >= 1, "
+                   f"not {workers} (see physlm {verb} --help)\n")
+
+
+def test_a_missing_verb_is_one_line(capsys):
+    assert _usage_error([], capsys) == ("physlm: error: the following arguments are required: "
+                                        "VERB (see physlm --help)\n")
+
+
+def test_help_describes_every_verb_and_shows_the_quickstart(capsys):
+    assert main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines if line.startswith("  ") and
+            line.split()[0] in ("gen", "verify", "train", "eval", "run")] == [
+        "gen", "verify", "train", "eval", "run"]
+    assert "  physlm run configs/experiment/quickstart.yaml" in "\n".join(lines)
+
+
+def test_start_up_imports_none_of_the_heavy_libraries():
+    code = ("import launch.cli, sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('omegaconf', 'numpy', 'torch', 'orjson', 'deepspeed')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == "[]\n"
+
+
+@pytest.mark.parametrize("override, known", [
+    ("model.foo=1", "attention, bias, ctx, d_ff, d_model, dropout, init_std, mlp,"),
+    ("train.wandb.foo=1", "entity, mode, project"),
+    ("eval.qa.foo=1", "batch_size, max_people, splits"),
+    ("corpus.foo=1", "celebrities, celebrity_variant, data_dir, family, mode,"),
+])
+def test_unknown_keys_list_the_known_ones_and_name_no_class(override, known, capsys):
+    assert main(["train", str(QUICKSTART), override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"physlm train: error: command line: {override}: unknown key; "
+                          f"known: {known}")
+    assert err.count("\n") == 1 and "Config" not in err and "Schema" not in err
+
+
+@pytest.mark.parametrize("argv, tasks", [
+    ([], None),  # evaluate() reads None as the run's own eval.tasks
+    (["--task", "qa", "--task", "igsm"], ["qa", "igsm"]),
+])
+def test_eval_passes_the_tasks_given_or_none(argv, tasks, tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def evaluate(run_dir, task_names, corpus_dir=None):
+        calls.append((run_dir, task_names, corpus_dir))
+        return {"qa": {"step": 3, "run": "r", "test": {"exact": 0.5, "n": 2}}}
+
+    monkeypatch.setattr(trainer.eval.runner, "evaluate", evaluate)
+    assert main(["eval", str(tmp_path), *argv]) == 0
+    assert calls == [(tmp_path, tasks, None)]
+    assert "| test | exact | 0.500 |" in capsys.readouterr().out
