@@ -35,7 +35,7 @@ EPILOG = """\
 examples:
   physlm run configs/experiment/quickstart.yaml        # a first experiment, end to end on CPU
   physlm gen configs/corpus/bios_s_single.yaml people=2000 --workers 2
-  physlm train configs/experiment/quickstart.yaml train.max_steps=200 model.n_layer=2
+  physlm train configs/experiment/quickstart.yaml model.n_layer=2 --run-dir runs/small
   physlm eval runs/quickstart --task qa                # default: the tasks in its config"""
 
 
@@ -82,6 +82,13 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trained(metrics: dict) -> str:
+    """The line closing the train stage: the last loss, or that nothing was left to train."""
+    if "loss" not in metrics:
+        return "train  | nothing to train: the run is already at train.max_steps"
+    return f"train  | done: loss {metrics['loss']:.4f}"
+
+
 def _train(args: argparse.Namespace) -> int:
     from launch.experiment import corpus_dir, run_dir_for
     from trainer.config import load_experiment
@@ -90,7 +97,7 @@ def _train(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.experiment, args.overrides)
     corpus = Path(args.corpus) if args.corpus else corpus_dir(experiment)
     metrics = train(experiment, run_dir_for(experiment, args.run_dir), corpus)
-    print(f"train  | done: loss {metrics.get('loss', float('nan')):.4f}")
+    print(_trained(metrics))
     return 0
 
 
@@ -116,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     run_dir = run_dir_for(experiment, args.run_dir)
     print(f"train  | {run_dir}")
     metrics = train(experiment, run_dir, corpus)
-    print(f"train  | done: loss {metrics.get('loss', float('nan')):.4f}")
+    print(_trained(metrics))
     print(f"eval   | {', '.join(experiment.eval.tasks)}")
     results = evaluate(run_dir, experiment.eval.tasks, experiment.eval, corpus)
     for name, result in results.items():

@@ -69,6 +69,15 @@ def test_training_says_where_it_resumed_and_how_long_is_left(train_corpus, tiny_
     assert len(step_lines) == 1 and step_lines[0].startswith("step      3/3 | loss ")
     assert "tok/s | eta 0m00s" in step_lines[0]
 
+    # a finished run has nothing left to train: said as such, not as a loss of nan
+    from conftest import tiny_experiment_file
+
+    code = main(["train", str(tiny_experiment_file(tmp_path)), "--corpus", str(train_corpus),
+                 "--run-dir", str(run), "train.max_steps=3", "train.ckpt_every=2"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0 and out[-1] == "train  | nothing to train: the run is already at " \
+        "train.max_steps"
+
 
 def test_faults_found_mid_training_end_in_one_line_and_keep_the_last_checkpoint(
         train_corpus, tmp_path, capsys):

@@ -330,7 +330,7 @@ def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None
         if saved.get(key) != model_config.get(key):
             raise TrainError(f"{path}: checkpoint has model.{key}={saved.get(key)!r} but the "
                              f"config says {model_config.get(key)!r}; use another run "
-                             "directory or resume=none")
+                             "directory or resume=overwrite")
 
 
 def load(engine, path: Path) -> tuple[int, dict]:

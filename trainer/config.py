@@ -165,8 +165,11 @@ def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
     cli = parse_overrides(overrides)
     unknown = [k for k in list(given) + list(cli) if k not in (*GROUPS, "name")]
     if unknown:
-        raise ConfigError(unknown[0], None, f"unknown experiment key; expected {GROUPS}",
-                          source if unknown[0] in given else COMMAND_LINE)
+        key = unknown[0]
+        layer = given if key in given else cli
+        raise ConfigError(key, OmegaConf.to_container(layer)[key],
+                          f"unknown experiment key; expected {GROUPS}",
+                          source if key in given else COMMAND_LINE)
     layers, names = {}, {}
     for group in GROUPS:
         layers[group], names[group] = _group_layers(group, given.get(group), source)

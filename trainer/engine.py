@@ -172,9 +172,9 @@ def _claim_run_dir(run_dir: Path, resume: str, world: Dist) -> None:
     previous = [p for p in (checkpoints / checkpoint.LATEST, *checkpoints.glob("step-*"),
                             run_dir / "metrics.jsonl") if p.exists()]
     if resume == "none" and previous:
-        raise TrainError(f"{run_dir}: already holds a run ({previous[0].name}); resume=auto "
-                         "continues it, resume=overwrite deletes it and starts over, or choose "
-                         "another --run-dir")
+        raise TrainError(f"{run_dir}: already holds a run ({previous[0].relative_to(run_dir)}); "
+                         "resume=auto continues it, resume=overwrite deletes it and starts over, "
+                         "or choose another --run-dir")
     if resume == "overwrite" and previous:
         if world.rank == 0:
             print(f"train  | resume=overwrite: deleting the previous run in {run_dir}", flush=True)
