@@ -16,13 +16,14 @@ arithmetic operations but at least 1 (a constant or a copy is one step too), so 
 comparable with the papers' op axis. All arithmetic is mod 23.
 """
 
-from dataclasses import dataclass
+from functools import cache
+from itertools import chain
+from typing import NamedTuple
 
 MOD = 23
 
 
-@dataclass(frozen=True, slots=True)
-class Expr:
+class Expr(NamedTuple):  # a tuple: cheap to make, and millions are made
     outer: str  # "" | "+" | "*": combine with the constant n (or, with no deps, "=": equals n)
     n: int
     inner: str  # "" | "+" | "-": with two deps, their sum or difference
@@ -31,9 +32,6 @@ class Expr:
     @property
     def ops(self) -> int:
         return (len(self.deps) == 2) + (self.outer in ("+", "*"))
-
-    def to_list(self) -> list:
-        return [self.outer, self.n, self.inner, *self.deps]
 
     @classmethod
     def from_list(cls, row: list) -> "Expr":
@@ -48,43 +46,70 @@ def apply(op: str, a: int, b: int) -> int:
     return (a * b) % MOD
 
 
+@cache
+def abstract_layout(widths: tuple[int, ...]) -> tuple[tuple[tuple[int, int, int], ...],
+                                                      tuple[int, ...]]:
+    """The abstract parameters (i, j, t) of a structure whose levels hold `widths` items: item j
+    of level i and a deeper level t, level by level; and `first`: abstract parameter (i, j, t)
+    is number first[i] + j * (d - 1 - i) + t - i - 1 among them."""
+    d = len(widths)
+    abstract = tuple((i, j, t) for i in range(d - 1) for j in range(widths[i])
+                     for t in range(i + 1, d))
+    first = [0] * d
+    for i in range(d - 1):
+        first[i + 1] = first[i] + widths[i] * (d - 1 - i)
+    return abstract, tuple(first)
+
+
 class Graph:
     """Structure plus (once `exprs` is set) dependencies; names, deps and op costs per parameter
     (`cost`: the official op count of the step computing it)."""
 
-    __slots__ = ("levels", "items", "inst", "exprs", "question", "abstract", "terms", "deps",
-                 "cost", "n_inst")
+    __slots__ = ("levels", "items", "inst", "exprs", "question", "abstract", "deps", "cost",
+                 "n_inst", "_names", "_terms")
 
     def __init__(self, levels: list[str], items: list[list[str]], inst: list[tuple[int, int, int]]):
         self.levels, self.items, self.inst = levels, items, inst
         self.n_inst = n = len(inst)
         self.exprs: list[Expr] = []
         self.question = -1
-        children: dict[tuple[int, int], list[int]] = {}
-        for p, (i, j, _k) in enumerate(inst):
-            children.setdefault((i, j), []).append(p)
+        self._names: list[str] | None = None
+        self._terms: list[list[tuple[int, int]]] | None = None
         d = len(levels)
-        self.abstract = [(i, j, t) for i in range(d - 1) for j in range(len(items[i]))
-                         for t in range(i + 1, d)]
-        index = {a: n + x for x, a in enumerate(self.abstract)}
-        # terms of an abstract parameter: (instance p, abstract below it or -1); value =
-        # sum of p (t = i+1) or sum of p * below (t > i+1)
-        self.terms: list[list[tuple[int, int]]] = []
+        kids: list[list[list[int]]] = [[[] for _ in row] for row in items]
+        for p, (i, j, _k) in enumerate(inst):
+            kids[i][j].append(p)
+        self.abstract, first = abstract_layout(tuple(map(len, items)))
+        # an abstract parameter depends on its item's children p (t = i+1), or on each child p
+        # and the abstract parameter (p's item, t) below it, in pairs (t > i+1); see `terms`
         self.deps: list[tuple[int, ...]] = [()] * n
         self.cost: list[int] = [0] * n
         for i, j, t in self.abstract:
-            kids = children.get((i, j), [])
+            children = kids[i][j]
             if t == i + 1:
-                terms = [(p, -1) for p in kids]
-                self.cost.append(max(1, len(terms) - 1))
+                self.deps.append(tuple(children))
+                self.cost.append(max(1, len(children) - 1))
             else:
-                terms = [(p, index[(i + 1, inst[p][2], t)]) for p in kids]
-                self.cost.append(2 * len(terms) - 1)
-            self.terms.append(terms)
-            self.deps.append(tuple(x for pair in terms for x in pair if x >= 0))
+                below = n + first[i + 1] + t - i - 2
+                width = d - 2 - i
+                self.deps.append(tuple(chain.from_iterable(
+                    (p, below + inst[p][2] * width) for p in children)))
+                self.cost.append(2 * len(children) - 1)
 
     def __len__(self) -> int:
         return len(self.deps)
+
+    @property
+    def terms(self) -> list[list[tuple[int, int]]]:
+        """Per abstract parameter, its terms (instance p, abstract below it or -1): its value is
+        the sum of the p (t = i+1) or of p * below (t > i+1). Made from `deps` when first read
+        (the generator's rejected draws never read them)."""
+        if self._terms is None:
+            n = self.n_inst
+            self._terms = [[(p, -1) for p in deps] if t == i + 1
+                           else list(zip(deps[::2], deps[1::2]))
+                           for (i, _j, t), deps in zip(self.abstract, self.deps[n:])]
+        return self._terms
 
     def set_exprs(self, exprs: list[Expr]) -> None:
         self.exprs = exprs
@@ -95,11 +120,16 @@ class Graph:
     # ---- names -------------------------------------------------------------------------------
     def name(self, p: int) -> str:
         """How the solution names a parameter: "Jaguar's Endothelium", "Jaguar's Cells"."""
-        if p < self.n_inst:
-            i, j, k = self.inst[p]
-            return f"{self.items[i][j]}'s {self.items[i + 1][k]}"
-        i, j, t = self.abstract[p - self.n_inst]
-        return f"{self.items[i][j]}'s {self.levels[t]}"
+        return self.names[p]
+
+    @property
+    def names(self) -> list[str]:
+        """Every parameter's `name`, computed once (the structure never changes)."""
+        if self._names is None:
+            items, levels = self.items, self.levels
+            self._names = ([f"{items[i][j]}'s {items[i + 1][k]}" for i, j, k in self.inst]
+                           + [f"{items[i][j]}'s {levels[t]}" for i, j, t in self.abstract])
+        return self._names
 
     def question_text(self) -> str:
         p = self.question
@@ -111,11 +141,11 @@ class Graph:
 
     def sentence(self, p: int) -> str:
         """The problem's sentence defining instance parameter p (without the final period)."""
-        e = self.exprs[p]
+        e, names = self.exprs[p], self.names
         if not e.deps:
             rhs = str(e.n)
         else:
-            refs = ["each " + self.name(x) for x in e.deps]
+            refs = ["each " + names[x] for x in e.deps]
             if len(refs) == 1:
                 rhs = refs[0]
             else:
@@ -125,7 +155,7 @@ class Graph:
                 rhs = f"{e.n} more than {rhs}"
             elif e.outer == "*":
                 rhs = f"{e.n} times as much as {rhs}"
-        return f"The number of each {self.name(p)} equals {rhs}"
+        return f"The number of each {names[p]} equals {rhs}"
 
     # ---- values and closure ------------------------------------------------------------------
     def values(self) -> list[int]:
@@ -157,10 +187,11 @@ class Graph:
             if len(e.deps) == 2:
                 v = apply(e.inner, v, values[e.deps[1]])
             return apply(e.outer, e.n, v) if e.outer in ("+", "*") else v
-        total = 0
-        for a, b in self.terms[p - self.n_inst]:
-            total += values[a] * values[b] if b >= 0 else values[a]
-        return total % MOD
+        deps = self.deps[p]
+        i, _j, t = self.abstract[p - self.n_inst]
+        if t == i + 1:  # the sum of its terms (see `terms`)
+            return sum(values[a] for a in deps) % MOD
+        return sum(values[a] * values[b] for a, b in zip(deps[::2], deps[1::2])) % MOD
 
     def ancestors(self, p: int) -> set[int]:
         """p and every parameter it depends on, directly or not."""
@@ -175,7 +206,8 @@ class Graph:
     # ---- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"levels": self.levels, "items": self.items, "inst": [list(e) for e in self.inst],
-                "expr": [e.to_list() for e in self.exprs], "question": self.question}
+                "expr": [[outer, n, inner, *deps] for outer, n, inner, deps in self.exprs],
+                "question": self.question}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Graph":

@@ -14,12 +14,15 @@ import json
 import math
 import random
 import string
+from bisect import bisect
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from itertools import accumulate, compress
 
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.igsm.graph import Expr, Graph, apply
+from corpus_gen.igsm.draws import below, sample, shuffled, two
+from corpus_gen.igsm.graph import Expr, Graph, abstract_layout, apply
 
 SYMBOLS = tuple(string.ascii_letters)
 EXTRA_SYMBOLS = tuple(a + b for a in string.ascii_lowercase for b in string.ascii_lowercase)
@@ -46,7 +49,7 @@ def load_categories() -> Categories:
 @dataclass
 class Problem:
     graph: Graph
-    values: list[int]
+    values: list[int]  # per parameter the solution computes (the question's ancestors; others 0)
     order: list[int]  # the solution: parameters in a topological order, question last
     op: int
     rng_state: random.Random  # continues the problem's stream for rendering and retry draws
@@ -57,128 +60,193 @@ class Problem:
 
 
 # ---- structure -------------------------------------------------------------------------------
+@cache
+def _width_law(target: int, max_edge: int) -> tuple[list[float], float]:
+    """Cumulative weights of `_WIDTHS` (wider levels for larger targets) and their total, the
+    floats `Random.choices` would compute from the weights at every call."""
+    rel = (target - 1) / max(1, max_edge - 1)
+    cum = list(accumulate(math.exp(-(rel - pos) ** 2) for pos in (0.2, 0.5, 0.8)))
+    return cum, cum[-1] + 0.0
+
+
+@cache
+def _widths_layout(widths: tuple[int, ...]) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """Fewest and most structure edges between levels of these widths, and every possible
+    edge (i, j, k) in order: item j of level i to item k of level i + 1."""
+    pairs = list(zip(widths, widths[1:]))
+    cells = [(i, j, k) for i, (a, b) in enumerate(pairs) for j in range(a) for k in range(b)]
+    return sum(max(a, b) for a, b in pairs), sum(a * b for a, b in pairs), cells
+
+
 def _structure(rng: random.Random, cats: Categories, max_edge: int, target: int,
                hierarchy: int | None) -> Graph:
-    rel = (target - 1) / max(1, max_edge - 1)
-    weights = [math.exp(-(rel - pos) ** 2) for pos in (0.2, 0.5, 0.8)]
+    bits, uniform = rng.getrandbits, rng.random
+    cum, total = _width_law(target, max_edge)
     while True:
-        d = rng.choices(_WIDTHS, weights)[0]
-        t0, t1 = rng.choices(_WIDTHS, weights, k=2)
-        widths = [rng.randint(min(t0, t1), max(t0, t1)) for _ in range(d)]
-        min_e = sum(max(a, b) for a, b in zip(widths, widths[1:]))
-        max_e = min(max_edge, sum(a * b for a, b in zip(widths, widths[1:])))
+        # each width is `rng.choices(_WIDTHS, weights)`: one uniform() through the cumulative law
+        d = _WIDTHS[bisect(cum, uniform() * total, 0, 2)]
+        t0 = _WIDTHS[bisect(cum, uniform() * total, 0, 2)]
+        t1 = _WIDTHS[bisect(cum, uniform() * total, 0, 2)]
+        low, span = min(t0, t1), abs(t0 - t1) + 1
+        widths = tuple([low + below(bits, span) for _ in range(d)])
+        min_e, max_e, cells = _widths_layout(widths)
+        max_e = min(max_edge, max_e)
         if min_e <= max_e and 2 * max_e >= target:
             break
-    h = cats.hierarchies[rng.randrange(len(cats.hierarchies)) if hierarchy is None else hierarchy]
-    start = rng.randrange(len(h) - d + 1)
+    h = cats.hierarchies[below(bits, len(cats.hierarchies)) if hierarchy is None else hierarchy]
+    start = below(bits, len(h) - d + 1)
     levels = list(h[start:start + d])
     items: list[list[str]] = []
     used: set[str] = set(levels)
     for level, w in zip(levels, widths):
+        subs = cats.pools[level]
         while True:
-            sub = rng.choice(cats.pools[level])
-            chosen = rng.sample(sub, w)
+            chosen = sample(bits, subs[below(bits, len(subs))], w)
             if used.isdisjoint(chosen):
                 break
         used.update(chosen)
         items.append(chosen)
     lo = min(max_e, max(min_e, (target + 1) // 2))
-    n_edges = rng.randint(lo, max_e)
-    edges, spare = [], []
+    n_edges = lo + below(bits, max_e - lo + 1)
+    linked = [False] * len(cells)  # per possible edge (`cells`), whether the structure has it
+    first = 0  # the first cell of levels i, i + 1
     for i in range(d - 1):
         a, b = widths[i], widths[i + 1]
-        big, small = rng.sample(range(max(a, b)), max(a, b)), rng.sample(range(min(a, b)),
-                                                                           min(a, b))
-        pairs = {(x, small[n] if n < len(small) else rng.choice(small))
-                 for n, x in enumerate(big)}
-        if a < b:
-            pairs = {(y, x) for x, y in pairs}
-        edges.extend((i, j, k) for j, k in pairs)
-        spare.extend((i, j, k) for j in range(a) for k in range(b) if (j, k) not in pairs)
-    edges.extend(rng.sample(spare, n_edges - len(edges)))
-    edges.sort()
-    return Graph(levels, items, edges)
+        big, small = shuffled(bits, max(a, b)), shuffled(bits, min(a, b))
+        # every item of both levels gets an edge: the wider level's n-th item goes to the
+        # narrower's n-th, or (past its end) to a random one of them
+        for n, x in enumerate(big):
+            y = small[n] if n < len(small) else small[below(bits, len(small))]
+            linked[first + (x * b + y if a >= b else y * b + x)] = True
+        first += a * b
+    spare = [c for c, on in enumerate(linked) if not on]
+    for c in sample(bits, spare, n_edges - (len(cells) - len(spare))):
+        linked[c] = True
+    return Graph(levels, items, list(compress(cells, linked)))
 
 
 # ---- dependencies ----------------------------------------------------------------------------
-def _needs(graph: Graph) -> list[int]:
-    """Per abstract parameter: bitmask of the instance parameters its value sums over."""
+_FIELD = 8  # bits per parameter in a cost-weighted set: a step costs at most 2 * 4 - 1 = 7
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the dependency draws on one structure share: the order in which abstract parameters
+    computable after the same step join the topological order (deepest level first), and their
+    costs as cost-weighted sets (see `_question_candidates`)."""
+
+    pending: tuple[int, ...]
+    units: list[int]
+
+
+@cache
+def _pending(widths: tuple[int, ...]) -> tuple[int, ...]:
+    abstract = abstract_layout(widths)[0]
+    return tuple(sorted(range(len(abstract)), key=lambda x: -abstract[x][0]))
+
+
+def _shape(graph: Graph) -> _Shape:
     n = graph.n_inst
-    needs = [0] * len(graph.abstract)
-    for x in range(len(graph.abstract) - 1, -1, -1):  # deeper abstract parameters come later
-        mask = 0
-        for a, b in graph.terms[x]:
-            mask |= 1 << a
-            if b >= 0:
-                mask |= needs[b - n]
-        needs[x] = mask
-    return needs
+    costs = graph.cost[n:]
+    if costs and not 1 <= min(costs) <= max(costs) < _FIELD:
+        raise ValueError(f"igsm: step costs {costs} outside [1, {_FIELD - 1}]")
+    # the sets {p} weighted by their costs: cost(p) one bits in p's field
+    return _Shape(_pending(tuple(map(len, graph.items))),
+                  [((1 << c) - 1) << (_FIELD * p) for p, c in enumerate(costs, n)])
 
 
-def _dependencies(rng: random.Random, graph: Graph, needs: list[int], density: float
+def _ready_steps(graph: Graph, position: list[int]) -> list[int]:
+    """Per abstract parameter: the step of the instance parameters' order after which every
+    instance parameter its value sums over is defined (step 0 for none)."""
+    n, deps = graph.n_inst, graph.deps
+    ready = [0] * len(graph.abstract)
+    for x in range(len(ready) - 1, -1, -1):  # deeper abstract parameters come later
+        step = 0
+        for y in deps[n + x]:
+            s = position[y] if y < n else ready[y - n]
+            if s > step:
+                step = s
+        ready[x] = step
+    return ready
+
+
+def _dependencies(rng: random.Random, graph: Graph, shape: _Shape, density: float
                   ) -> list[int]:
-    """Give every instance parameter an expression; return a topological order of all params."""
+    """Give every instance parameter an expression (and its deps and cost); return a
+    topological order of all params: the instance parameters in a random order, each abstract
+    parameter right after the last instance parameter it needs."""
     n = graph.n_inst
-    order = rng.sample(range(n), n)
-    pending = sorted(range(len(needs)), key=lambda x: -graph.abstract[x][0])  # deepest first
+    bits, uniform = rng.getrandbits, rng.random
+    order = shuffled(bits, n)
+    position = [0] * n
+    for step, p in enumerate(order):
+        position[p] = step
+    ready = _ready_steps(graph, position)
+    joins: list[list[int]] = [[] for _ in range(n)]
+    for x in shape.pending:
+        joins[ready[x]].append(n + x)
     p_const = 0.45 - 0.4 * density
     p_two = 0.25 + 0.6 * density
     p_plain = 0.45 - 0.35 * density
     exprs: list[Expr | None] = [None] * n
-    cands: list[int] = []
-    topo: list[int] = []
-    defined = 0
-    for p in order:
-        r = rng.random()
-        if not cands or r < p_const:
-            exprs[p] = Expr("=", rng.randrange(23), "", ())
+    deps_of, cost = graph.deps, graph.cost
+    topo: list[int] = []  # also the parameters a new expression may use: every one so far
+    for p, joining in zip(order, joins):
+        r = uniform()
+        if not topo or r < p_const:
+            k = bits(5)  # below(bits, 23), inlined: it is the commonest draw
+            while k >= 23:
+                k = bits(5)
+            exprs[p] = Expr("=", k, "", ())
+            deps_of[p], cost[p] = (), 1
         else:
-            k = 2 if len(cands) >= 2 and rng.random() < p_two else 1
-            deps = tuple(rng.sample(cands, k))
-            inner = ("+" if rng.random() < 0.5 else "-") if k == 2 else ""
-            r = rng.random()
+            if len(topo) >= 2 and uniform() < p_two:
+                deps = two(bits, topo)
+                inner = "+" if uniform() < 0.5 else "-"
+            else:
+                deps = (topo[below(bits, len(topo))],)
+                inner = ""
+            r = uniform()
             if r < p_plain:
-                exprs[p] = Expr("", 0, inner, deps)
+                outer, k = "", 0
             elif r < p_plain + (1 - p_plain) / 2:
-                exprs[p] = Expr("+", rng.randrange(23), inner, deps)
+                outer, k = "+", below(bits, 23)
             else:
-                exprs[p] = Expr("*", rng.randint(1, 22), inner, deps)
+                outer, k = "*", 1 + below(bits, 22)
+            exprs[p] = Expr(outer, k, inner, deps)
+            # max(1, Expr.ops): 2 only for a pair combined with a constant
+            deps_of[p], cost[p] = deps, 2 if outer and inner else 1
         topo.append(p)
-        cands.append(p)
-        defined |= 1 << p
-        still = []
-        for x in pending:
-            if needs[x] & ~defined:
-                still.append(x)
-            else:
-                topo.append(n + x)
-                cands.append(n + x)
-        pending = still
-    graph.set_exprs(exprs)  # type: ignore[arg-type]
+        topo.extend(joining)
+    graph.exprs = exprs  # type: ignore[assignment]
     return topo
 
 
-def _op_counts(graph: Graph, topo: list[int]) -> tuple[list[int], list[int]]:
-    """Ancestor bitmasks and shortest-solution op counts of every parameter."""
-    size = len(graph.deps)
-    anc = [0] * size
-    by_cost: dict[int, int] = {}
-    for p, c in enumerate(graph.cost):
-        if c:
-            by_cost[c] = by_cost.get(c, 0) | (1 << p)
-    classes = list(by_cost.items())
-    ops = [0] * size
+def _question_candidates(graph: Graph, topo: list[int], shape: _Shape, target: int
+                         ) -> tuple[list[int], list[int]]:
+    """Cost-weighted ancestor sets of every parameter (itself included), and the parameters
+    whose shortest solution needs exactly `target` operations, in topological order. A set
+    holds parameter p as cost(p) one bits in bits [_FIELD * p, _FIELD * (p + 1)), so its
+    popcount is its total cost, and it holds p if bit _FIELD * p is set."""
+    # an instance parameter costs 1 or 2 (set by `_dependencies`)
+    units = [((1 << c) - 1) << (_FIELD * p) for p, c in enumerate(graph.cost[:graph.n_inst])]
+    units += shape.units
+    deps = graph.deps
+    anc = [0] * len(deps)
+    hits = []
     for p in topo:
-        mask = 1 << p
-        for x in graph.deps[p]:
+        mask = units[p]
+        for x in deps[p]:
             mask |= anc[x]
         anc[p] = mask
-        ops[p] = sum(c * (mask & m).bit_count() for c, m in classes)
-    return anc, ops
+        if mask.bit_count() == target:
+            hits.append(p)
+    return anc, hits
 
 
 def _solution_order(rng: random.Random, graph: Graph, nodes: list[int]) -> list[int]:
     """A uniformly random step of Kahn's algorithm at a time: a random topological order."""
+    bits = rng.getrandbits
     indeg = {p: len(graph.deps[p]) for p in nodes}
     kids: dict[int, list[int]] = {p: [] for p in nodes}
     for p in nodes:
@@ -187,7 +255,7 @@ def _solution_order(rng: random.Random, graph: Graph, nodes: list[int]) -> list[
     ready = [p for p in nodes if not indeg[p]]
     order = []
     while ready:
-        x = ready.pop(rng.randrange(len(ready)))
+        x = ready.pop(below(bits, len(ready)))
         order.append(x)
         for c in kids[x]:
             indeg[c] -= 1
@@ -200,23 +268,22 @@ def draw_problem(rng: random.Random, max_edge: int, target: int,
                  hierarchy: int | None = None) -> Problem:
     """A problem whose question needs exactly `target` operations."""
     cats = load_categories()
-    graph = needs = None
+    graph = shape = None
     for attempt in range(_MAX_ATTEMPTS):
         if attempt % _DRAWS_PER_STRUCTURE == 0:
             graph = _structure(rng, cats, max_edge, target, hierarchy)
-            needs = _needs(graph)
+            shape = _shape(graph)
         density = min(1.0, rng.random() * 0.6 + target / (1.6 * max_edge))
-        topo = _dependencies(rng, graph, needs, density)
-        anc, ops = _op_counts(graph, topo)
-        hits = [p for p in topo if ops[p] == target]
+        topo = _dependencies(rng, graph, shape, density)
+        anc, hits = _question_candidates(graph, topo, shape, target)
         if hits:
-            q = rng.choice(hits)
+            q = hits[below(rng.getrandbits, len(hits))]
             graph.question = q
             mask = anc[q]
-            nodes = [p for p in topo if mask >> p & 1]
+            nodes = [p for p in topo if mask >> (_FIELD * p) & 1]
             order = _solution_order(rng, graph, nodes)
             values = [0] * len(graph.deps)
-            for p in topo:
+            for p in nodes:  # the question's ancestors: all the solution reads
                 values[p] = graph.compute(p, values)
             return Problem(graph, values, order, target, rng)
     raise CorpusError(f"igsm: no problem with op={target} found in {_MAX_ATTEMPTS} draws "
@@ -227,8 +294,7 @@ def draw_problem(rng: random.Random, max_edge: int, target: int,
 def problem_text(problem: Problem, rng: random.Random) -> str:
     """The problem's sentences (every instance parameter, shuffled), ending with a period."""
     graph = problem.graph
-    order = rng.sample(range(graph.n_inst), graph.n_inst)
-    return ". ".join(graph.sentence(p) for p in order) + "."
+    return ". ".join(map(graph.sentence, shuffled(rng.getrandbits, graph.n_inst))) + "."
 
 
 def _intermediates(graph: Graph, p: int) -> int:
@@ -243,9 +309,10 @@ def _intermediates(graph: Graph, p: int) -> int:
 def symbols_for(problem: Problem, rng: random.Random) -> list[str]:
     graph = problem.graph
     need = len(problem.order) + sum(_intermediates(graph, p) for p in problem.order)
+    bits = rng.getrandbits
     if need <= len(SYMBOLS):
-        return rng.sample(SYMBOLS, need)
-    return rng.sample(SYMBOLS, len(SYMBOLS)) + rng.sample(EXTRA_SYMBOLS, need - len(SYMBOLS))
+        return sample(bits, SYMBOLS, need)
+    return sample(bits, SYMBOLS, len(SYMBOLS)) + sample(bits, EXTRA_SYMBOLS, need - len(SYMBOLS))
 
 
 def _clause(lhs: str, op: str, a: str, b: str, va: int, vb: int) -> tuple[str, int]:
@@ -311,7 +378,7 @@ def solution_steps(problem: Problem, symbols: list[str]) -> tuple[list[str], lis
     steps = []
     for p in problem.order:
         s = sym[p] = next(free)
-        parts: list[str] = [f"Define {graph.name(p)} as {s}"]
+        parts: list[str] = [f"Define {graph.names[p]} as {s}"]
         if p < graph.n_inst:
             last = _instance_step(graph.exprs[p], s, sym, values, free, parts)
         else:
@@ -325,14 +392,15 @@ def template_hash(problem: Problem) -> str:
     """Hash of the solution's shape: step kinds and which earlier steps each one uses; names,
     numbers and symbols left out. Problems sharing it are one template (the split's unit)."""
     graph = problem.graph
-    position = {p: n for n, p in enumerate(problem.order)}
+    n, exprs, abstract = graph.n_inst, graph.exprs, graph.abstract
+    position = {p: str(k) for k, p in enumerate(problem.order)}
     sketch = []
     for p in problem.order:
-        if p < graph.n_inst:
-            e = graph.exprs[p]
+        if p < n:
+            e = exprs[p]
             kind = e.outer + e.inner
         else:
-            i, _j, t = graph.abstract[p - graph.n_inst]
+            i, _j, t = abstract[p - n]
             kind = "A" if t == i + 1 else "AA"
-        sketch.append(kind + ",".join(str(position[x]) for x in graph.deps[p]))
+        sketch.append(kind + ",".join(map(position.__getitem__, graph.deps[p])))
     return hashlib.blake2b("|".join(sketch).encode(), digest_size=8).hexdigest()
