@@ -3,6 +3,7 @@ import random
 import numpy as np
 import pytest
 
+from corpus_gen.core import tokenizer as tokenizer_module
 from corpus_gen.core.records import Units
 from corpus_gen.core.tokenizer import EOS_ID, Tokenizer, train_tokenizer
 
@@ -24,6 +25,25 @@ def tokenizer():
 def test_training_is_deterministic():
     texts = _texts(1500, seed=1)
     assert train_tokenizer(texts, 400) == train_tokenizer(texts, 400)
+
+
+@pytest.mark.parametrize("extra,user_symbols", [
+    ([], ["[BACK]"]),
+    (["x" * 70_000, "a \u2585 b", ""], ["[BACK]"]),  # skipped by SentencePiece: so by counts too
+    (["tab\there", "a  double space", " lead", "end "], []),  # trained on the texts instead
+    ([], ["two words"]),
+])
+def test_bpe_trained_from_word_counts_is_the_model_trained_on_the_texts(extra, user_symbols):
+    texts = _texts(1500, seed=3) + extra
+    reference = tokenizer_module._train(iter(texts), 400, "bpe", user_symbols)
+    assert train_tokenizer(texts, 400, user_symbols=user_symbols) == reference
+
+
+def test_word_counts_are_used_only_where_they_train_the_same_model():
+    assert tokenizer_module._word_counts(["a b a", "b\nc"]) == {"a": 2, "b": 1, "b\nc": 1}
+    for text in ("tab\there", "a  b", " a", "a "):
+        assert tokenizer_module._word_counts(["a b", text]) is None
+    assert tokenizer_module._word_counts(["a b", "x \u2585"]) == {"a": 1, "b": 1}
 
 
 def test_word_cache_encoding_equals_sentencepiece_on_whole_texts(tokenizer):

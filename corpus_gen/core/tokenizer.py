@@ -1,6 +1,7 @@
 """SentencePiece tokenizers trained on the generated text, with a word-level encoding cache.
 
-Training is deterministic: the sample is fixed by the caller, input order is kept, one thread.
+Training is deterministic: the sample is fixed by the caller, one thread; a BPE model is trained
+from the sample's word counts, which gives the bytes training on the texts gives, faster.
 Encoding splits on single spaces and looks each word up in a cache. This is exact, not an
 approximation: with `split_by_whitespace` no piece crosses a space, so a text's pieces are the
 concatenation of its words' pieces (each word carries the leading "▁" the dummy prefix gives).
@@ -13,11 +14,13 @@ import io
 import sys
 import weakref
 from array import array
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as sp_model
 
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.records import Units
@@ -35,10 +38,21 @@ def train_tokenizer(
     model_type: str = "bpe",
     user_symbols: Sequence[str] = (),
 ) -> bytes:
-    """Train a SentencePiece model on `texts` (in order) and return its serialized bytes."""
+    """Train a SentencePiece model on `texts` and return its serialized bytes (BPE: from the
+    texts' word counts, the same bytes; see `_word_counts`)."""
+    texts = list(texts)
+    counts = _word_counts(texts) if model_type == "bpe" and _plain(user_symbols) else None
+    if counts is None:
+        return _train(iter(texts), vocab_size, model_type, user_symbols)
+    lines = (f"{word}\t{count}" for word, count in counts.items())
+    return _as_text_input(_train(lines, vocab_size, model_type, user_symbols, "tsv"))
+
+
+def _train(sentences: Iterator[str], vocab_size: int, model_type: str,
+           user_symbols: Sequence[str], input_format: str = "text") -> bytes:
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
+        sentence_iterator=sentences,
         model_writer=model,
         vocab_size=vocab_size,
         hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
@@ -56,11 +70,54 @@ def train_tokenizer(
         pad_id=PAD_ID,
         input_sentence_size=0,
         shuffle_input_sentence=False,
-        max_sentence_length=1 << 16,
+        max_sentence_length=_MAX_SENTENCE_BYTES,
         num_threads=1,
         minloglevel=2,
+        **({"input_format": input_format} if input_format != "text" else {}),
     )
     return model.getvalue()
+
+
+# Training on whole texts vs on word counts. With `split_by_whitespace` the BPE trainer splits
+# each normalised text into words at its spaces and from then on sees only the sorted table of
+# word counts, besides the character counts, which are the same either way (one "▁" per word).
+# So one "word<TAB>count" line per distinct word (its `tsv` input) trains the same model, without
+# loading and normalising megabytes of repeated words: 2,979 lines instead of 29 MB for 20,000 iGSM
+# problems. Texts on which the two differ fall back to training on the texts: SentencePiece skips a
+# whole text with its unknown-character mark or longer than the sentence limit (word counts would
+# keep its words), and a tab, a space that does not separate two words, or a user symbol with a
+# space would not split the same way.
+_MAX_SENTENCE_BYTES = 1 << 16
+_UNK_MARK = "\u2585"  # SentencePiece's kUNKStr
+
+
+def _plain(user_symbols: Sequence[str]) -> bool:
+    return not any(" " in symbol for symbol in user_symbols)
+
+
+def _word_counts(texts: list[str]) -> Counter[str] | None:
+    """How often each space-separated word occurs in the texts SentencePiece trains on; None if
+    some text would not train the same from word counts."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        if not text:
+            continue
+        if "\t" in text or "  " in text or text[0] == " " or text[-1] == " ":
+            return None
+        if _UNK_MARK in text or (len(text) > _MAX_SENTENCE_BYTES // 4
+                                 and len(text.encode()) > _MAX_SENTENCE_BYTES):
+            continue
+        counts.update(text.split(" "))
+    return counts
+
+
+def _as_text_input(model: bytes) -> bytes:
+    """The model without its trainer spec's `input_format`, as training on texts leaves it: byte
+    for byte the model trained on the texts."""
+    proto = sp_model.ModelProto()
+    proto.ParseFromString(model)
+    proto.trainer_spec.ClearField("input_format")
+    return proto.SerializeToString()
 
 
 class _Cache(dict):
