@@ -1,5 +1,6 @@
 """The corpus driver: reproducibility, repair, verification and bad input."""
 
+import gc
 import json
 import os
 
@@ -32,6 +33,20 @@ def test_output_is_byte_identical_for_one_and_two_workers(bios_config, tmp_path)
     files = _files(one)
     assert len([f for f in files if f.startswith("train/")]) == 6  # 1400 + 350 docs
     assert files == _files(two)
+
+
+def test_generation_leaves_the_garbage_collector_as_it_found_it(bios_config, tmp_path):
+    """gen freezes what was imported before it (torch's objects in `physlm run`) for its own
+    collections, and thaws it after, even when it fails."""
+    config = bios_config(people=60)
+    generate_corpus(config, tmp_path / "c", progress=False, log=_quiet)
+    assert gc.get_freeze_count() == 0
+    def failing_log(*_):
+        raise CorpusError("log fails")
+
+    with pytest.raises(CorpusError, match="log fails"):  # the rerun's datasheet line
+        generate_corpus(config, tmp_path / "c", progress=False, log=failing_log)
+    assert gc.get_freeze_count() == 0
 
 
 def test_shards_hold_text_ids_mask_and_truth(bios_config, tmp_path):

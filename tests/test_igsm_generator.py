@@ -1,11 +1,13 @@
 """iGSM generation: solvable problems, exact op targets, determinism, the template split,
 byte-identical corpora across workers, and bad configs."""
 
+import dataclasses
 import random
 import re
 
 import pytest
 
+from corpus_gen.core import registry
 from corpus_gen.core.config import load_config
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
@@ -147,6 +149,31 @@ def test_corpus_is_byte_identical_for_one_and_two_workers(igsm_config, tmp_path)
         assert "[BACK]" not in dropped and "Answer" not in dropped
     assert masked == sum(len(s["json"]["retries"])
                          for s in read_shard(one / manifest["shards"][0]["name"])) > 0
+
+
+@pytest.mark.parametrize("workers,sample", [(1, 200), (1, 300), (2, 200)])
+def test_one_worker_draws_each_tokenizer_sample_document_once(igsm_config, tmp_path, monkeypatch,
+                                                             workers, sample):
+    """With one worker the shards take the documents the tokenizer sample drew (taken in 64
+    runs, so 300 of 300 cover 286 problems); worker processes draw them again."""
+    positions = []
+
+    def counted(config, start, stop):
+        positions.extend(range(start, stop))
+        return FAMILY.records(config, start, stop)
+
+    monkeypatch.setitem(registry._FAMILIES, "igsm", dataclasses.replace(FAMILY, records=counted))
+    config = igsm_config(problems=300, records_per_shard=100,
+                         **{"tokenizer.sample_records": sample})
+    manifest = generate_corpus(config, tmp_path / "c", workers=workers, progress=False,
+                               log=lambda *a: None)
+    assert manifest["records"] == 300
+    sampled, by_shards = set(positions[:sample]), positions[sample:]
+    if workers == 1:
+        assert sorted(by_shards) == sorted(set(range(300)) - sampled)
+        assert len(sampled) == {200: 200, 300: 286}[sample]
+    else:  # the spawned workers' draws are not seen here
+        assert by_shards == []
 
 
 @pytest.mark.parametrize("key,value", [

@@ -6,12 +6,15 @@ still verifies and regenerates the rest; the manifest is written last.
 """
 
 import functools
+import gc
 import hashlib
 import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -39,7 +42,7 @@ from corpus_gen.core.manifest import (
     recorded_entries,
     write_json,
 )
-from corpus_gen.core.records import Batch, Record, UnitBatch, batch_texts
+from corpus_gen.core.records import Record, UnitBatch, batch_texts
 from corpus_gen.core.registry import Family, Layout, get_family
 from corpus_gen.core.shards import ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
@@ -49,6 +52,9 @@ TOKENIZER = "tokenizer.model"
 # enters every corpus fingerprint with the family's own version. Bump it when core output changes.
 CORE_VERSION = 1
 _SAMPLE_CHUNKS = 64  # the tokenizer sample is taken from this many places along the stream
+# With one worker, up to this many tokenizer-sample documents are kept for the shards, which
+# then need not generate them again (a few KB each).
+_KEEP_SAMPLE_DOCUMENTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,15 @@ class Task:
     start: int = 0
     stop: int = 0
     eval_set: str = ""
+
+
+class _Document(NamedTuple):
+    """A record as its shard members need it: its ground truth already serialized (kept from
+    the tokenizer sample without the dozens of objects a `meta` holds)."""
+
+    text: str
+    no_loss: tuple[tuple[int, int], ...]
+    json: bytes
 
 
 def shard_name(index: int) -> str:
@@ -91,7 +106,13 @@ def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
         raise CorpusError(f"{out}: cannot write the output directory: "
                           f"{exc.strerror or exc}") from None
     with directory_lock(out, "physlm gen"):
-        return _generate(config, out, workers, progress, log)
+        # What was imported before (torch's ~150,000 objects in `physlm run`) stays out of the
+        # full collections generation triggers, each of which would otherwise walk it again.
+        gc.freeze()
+        try:
+            return _generate(config, out, workers, progress, log)
+        finally:
+            gc.unfreeze()
 
 
 def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | None,
@@ -101,7 +122,8 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
     layout = family.layout(config)
     fp = corpus_fingerprint(config)
     recorded = _prepare_output(out, fp, log)
-    tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log)
+    kept: dict[int, _Document] | None = {} if workers == 1 else None
+    tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log, kept)
 
     per_shard = config.records_per_shard
     tasks, entries = [], {}
@@ -124,7 +146,7 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
     generated = sum(t.stop - t.start for t in tasks)
     hide = None if progress is None else not progress  # None: show on a terminal only
     bar = tqdm(total=generated, unit="doc", unit_scale=True, disable=hide, file=sys.stderr)
-    for entry in _run(tasks, workers):
+    for entry in _run(tasks, workers, kept):
         entries[entry["name"]] = entry
         bar.update(entry.get("stop", 0) - entry.get("start", 0))
     bar.close()
@@ -201,11 +223,12 @@ def _kept(out: Path, name: str, fp: str, recorded: dict[str, dict], log) -> dict
 
 
 def _ensure_tokenizer(config: CorpusConfig, family: Family, layout: Layout, out: Path, fp: str,
-                      recorded: dict[str, dict], log) -> dict:
+                      recorded: dict[str, dict], log,
+                      kept: dict[int, _Document] | None = None) -> dict:
     entry = _kept(out, TOKENIZER, fp, recorded, log)
     if entry:
         return entry
-    model = train_tokenizer(_tokenizer_sample(config, family, layout),
+    model = train_tokenizer(_tokenizer_sample(config, family, layout, kept),
                             config.tokenizer.vocab_size, config.tokenizer.model_type,
                             layout.user_symbols)
     atomic_write(out / TOKENIZER, model)
@@ -217,28 +240,40 @@ def _ensure_tokenizer(config: CorpusConfig, family: Family, layout: Layout, out:
     return entry
 
 
-def _tokenizer_sample(config: CorpusConfig, family: Family, layout: Layout):
-    """`sample_records` documents taken in equal runs from evenly spaced places of the stream."""
+def _tokenizer_sample(config: CorpusConfig, family: Family, layout: Layout,
+                      kept: dict[int, _Document] | None = None) -> Iterator[str]:
+    """`sample_records` documents taken in equal runs from evenly spaced places of the stream.
+    Given `kept`, the sample's record documents are also stored there by stream position, for
+    the shards (if there are at most `_KEEP_SAMPLE_DOCUMENTS`)."""
     wanted = min(config.tokenizer.sample_records, layout.records)
     chunks = min(_SAMPLE_CHUNKS, wanted)
+    if wanted > _KEEP_SAMPLE_DOCUMENTS:
+        kept = None
     for k in range(chunks):
         size = wanted // chunks + (k < wanted % chunks)
         start = k * layout.records // chunks
         for batch in family.document_batches(config, start, start + size):
-            yield from batch_texts(batch)
+            if kept is None or isinstance(batch, UnitBatch):
+                yield from batch_texts(batch)
+            else:
+                for position, document in enumerate(map(_document, batch), start):
+                    kept[position] = document
+                    yield document.text
+            start += len(batch)
 
 
-def _run(tasks: list[Task], workers: int):
+def _run(tasks: list[Task], workers: int, kept: dict[int, _Document] | None):
     if workers <= 1 or len(tasks) <= 1:
-        yield from map(_build, tasks)
+        for task in tasks:
+            yield _build(task, kept)
         return
     context = multiprocessing.get_context("spawn")
     with context.Pool(min(workers, len(tasks))) as pool:
         yield from pool.imap_unordered(_build, tasks)
 
 
-def _build(task: Task) -> dict:
-    entry = _build_eval_set(task) if task.eval_set else _build_shard(task)
+def _build(task: Task, kept: dict[int, _Document] | None = None) -> dict:
+    entry = _build_eval_set(task) if task.eval_set else _build_shard(task, kept)
     entry.update(name=task.name, fingerprint=task.fingerprint)
     record_progress(Path(task.out), entry)
     return entry
@@ -267,8 +302,7 @@ def _tokenizer(out: str) -> Tokenizer:
     return _TOKENIZERS[key]
 
 
-def _build_shard(task: Task) -> dict:
-    family = get_family(task.config.family)
+def _build_shard(task: Task, kept: dict[int, _Document] | None = None) -> dict:
     tokenizer = _tokenizer(task.out)
     lengths: list[int] = []
     position = task.start
@@ -278,7 +312,7 @@ def _build_shard(task: Task) -> dict:
         with open(tmp, "wb", buffering=1 << 16) as f:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
-            for batch in family.document_batches(task.config, task.start, task.stop):
+            for batch in _batches(task, kept or {}):
                 jsons, ids, masks, counts = _members(tokenizer, batch)
                 keys = [f"{p:010d}" for p in range(position, position + len(batch))]
                 writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
@@ -291,12 +325,36 @@ def _build_shard(task: Task) -> dict:
             "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
 
 
-def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list[int]]:
+def _document(record: Record) -> _Document:
+    return _Document(record.text, record.no_loss, orjson.dumps({"text": record.text,
+                                                                **record.meta}))
+
+
+def _batches(task: Task, kept: dict[int, _Document]) -> Iterator[UnitBatch | list[_Document]]:
+    """The documents of the task's stream positions, in batches: those the tokenizer sample
+    kept (each taken out of `kept`), the others generated."""
+    position = task.start
+    while position < task.stop:
+        run = []
+        while position < task.stop and position in kept:
+            run.append(kept.pop(position))
+            position += 1
+        if run:
+            yield run
+            continue
+        gap = position
+        while position < task.stop and position not in kept:
+            position += 1
+        for batch in get_family(task.config.family).document_batches(task.config, gap, position):
+            yield batch if isinstance(batch, UnitBatch) else list(map(_document, batch))
+
+
+def _members(tokenizer: Tokenizer, batch: UnitBatch | list[_Document]
+             ) -> tuple[list, list, list, list[int]]:
     """The `json`, `ids.npy` and `mask.npy` members and the token counts of a batch."""
     if not isinstance(batch, UnitBatch):
         ids, masks, counts = zip(*map(functools.partial(_token_members, tokenizer), batch))
-        jsons = [orjson.dumps({"text": r.text, **r.meta}) for r in batch]
-        return jsons, ids, masks, list(counts)
+        return [d.json for d in batch], ids, masks, list(counts)
     tokens, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
     counts = np.diff(ends).tolist()
@@ -310,13 +368,13 @@ def _members(tokenizer: Tokenizer, batch: Batch) -> tuple[list, list, list, list
     return jsons, ids, [_full_mask(n) for n in counts], counts
 
 
-def _token_members(tokenizer: Tokenizer, record: Record) -> tuple[bytes, bytes, int]:
-    """The record's `ids.npy` and `mask.npy` members and its number of tokens."""
-    if record.no_loss:
-        tokens, mask = tokenizer.encode_masked(record.text, record.no_loss)
+def _token_members(tokenizer: Tokenizer, document: _Document) -> tuple[bytes, bytes, int]:
+    """The document's `ids.npy` and `mask.npy` members and its number of tokens."""
+    if document.no_loss:
+        tokens, mask = tokenizer.encode_masked(document.text, document.no_loss)
         n = tokenizer.count(tokens)
         return npy_bytes(tokens, tokenizer.dtype, n), npy_bytes(mask, "|u1", n), n
-    tokens = tokenizer.encode_bytes(record.text)
+    tokens = tokenizer.encode_bytes(document.text)
     n = tokenizer.count(tokens)
     return npy_bytes(tokens, tokenizer.dtype, n), _full_mask(n), n
 

@@ -5,7 +5,8 @@ members, user/group "bigdata", mode 0444, sorted member order, 10 KiB record pad
 checks this byte for byte — but builds the 512-byte headers of a whole batch of samples at once
 with numpy. The webdataset writer spends ~65 us per member in `tarfile`'s generic header code,
 which alone would cap a core at ~5K samples/s; see BENCHMARKS.md for the two side by side.
-Shards are read back with webdataset.
+Shards are read back with webdataset, imported only there: it imports torch, which `physlm gen`
+need not load.
 """
 
 import itertools
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import webdataset as wds
 
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar "record": tarfile pads the archive to a multiple of this
@@ -134,6 +134,8 @@ class ShardWriter:
 
 def read_shard(path: Path) -> Iterator[dict]:
     """Samples of one shard as dicts: `__key__`, `json` (dict), `ids` and `mask` (numpy arrays)."""
+    import webdataset as wds  # imports torch: only readers pay for it
+
     dataset = wds.WebDataset(str(path), shardshuffle=False, empty_check=False).decode()
     for sample in dataset:
         yield {
