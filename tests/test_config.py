@@ -56,8 +56,12 @@ def test_bad_value_message_shows_the_value(tmp_path):
 def test_missing_and_malformed_files_are_named(tmp_path):
     with pytest.raises(CorpusError, match="nope.yaml: config file not found"):
         load_config(tmp_path / "nope.yaml", [], schemas())
-    with pytest.raises(CorpusError, match="corpus.yaml: not valid YAML"):
+    with pytest.raises(CorpusError) as err:
         _load(tmp_path, "family: [bios\n")
+    assert str(err.value) == (f"{tmp_path / 'corpus.yaml'}: not valid YAML at line 2, column 1: "
+                              "did not find expected ',' or ']' (while parsing a flow sequence)")
+    with pytest.raises(CorpusError, match=r"line 1, column 10: mapping values are not allowed"):
+        _load(tmp_path, "family: b: c\n")
     with pytest.raises(ConfigError, match="key=value"):
         _load(tmp_path, "family: bios\n", ["people"])
 
@@ -107,3 +111,14 @@ def test_model_errors_name_the_file_they_come_from(tmp_path):
     path.write_text("model:\n  base: gpt_tiny\n  dropout: 1.5\n")
     with pytest.raises(ConfigError, match=rf"^{path}: model.dropout=1.5: must be in \[0, 1\)$"):
         load_experiment(path, [])
+
+
+@pytest.mark.parametrize("text,key", [("model: nosuch\n", "model"),
+                                      ("model:\n  base: nosuch\n", "model.base")])
+def test_unknown_named_configs_name_the_experiment_key_and_the_known_ones(tmp_path, text, key):
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_experiment(path, [])
+    assert (err.value.source, err.value.key, err.value.value) == (str(path), key, "nosuch")
+    assert "gpt_tiny" in err.value.reason and "\n" not in str(err.value)

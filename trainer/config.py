@@ -143,8 +143,7 @@ class Experiment:
 def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
     """The config layers a group's entry stands for, and the group's name."""
     if isinstance(value, str):
-        path = CONFIG_ROOT / group / f"{value}.yaml"
-        return [(read_yaml(path), str(path))], value
+        return [_named_layer(group, group, value, source)], value
     if value is None:
         return [], "default"
     if not isinstance(value, DictConfig):
@@ -152,11 +151,20 @@ def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
     layers, name = [], "inline"
     body = OmegaConf.masked_copy(value, [k for k in value if k != "base"])
     if "base" in value:
-        path = CONFIG_ROOT / group / f"{value.base}.yaml"
-        layers.append((read_yaml(path), str(path)))
         name = str(value.base)
+        layers.append(_named_layer(group, f"{group}.base", name, source))
     layers.append((body, source))
     return layers, name
+
+
+def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConfig, str]:
+    """The shipped config `name` of `group`, or a ConfigError naming the experiment's key."""
+    path = CONFIG_ROOT / group / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in (CONFIG_ROOT / group).glob("*.yaml")))
+        raise ConfigError(key, name, f"no {group} config of that name in "
+                          f"{CONFIG_ROOT / group} (known: {known})", source)
+    return read_yaml(path), str(path)
 
 
 def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:

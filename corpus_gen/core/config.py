@@ -112,10 +112,21 @@ def read_yaml(path: str | Path) -> DictConfig:
     except FileNotFoundError:
         raise CorpusError(f"{path}: config file not found") from None
     except Exception as exc:  # YAML syntax errors come in several exception types
-        raise CorpusError(f"{path}: not valid YAML: {exc}") from None
+        raise CorpusError(f"{path}: not valid YAML{_yaml_problem(exc)}") from None
     if not isinstance(given, DictConfig):
         raise CorpusError(f"{path}: expected a mapping of config keys at the top level")
     return given
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error on one line: where (1-based) and what, without the multi-line excerpt."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return ": " + " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    return (f" at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+            + (f" ({context})" if context else ""))
 
 
 def parse_overrides(overrides: list[str]) -> DictConfig:
