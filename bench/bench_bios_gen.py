@@ -5,8 +5,8 @@
 Per variant (`single`, `multi5_permute`), alternating the contestants in each round:
 - physlm end to end: `generate_corpus` with one worker (people, text, tokenization, shard
   writing with checksums, eval sets, tokenizer training, manifest), then each of its parts
-  alone: the shard stage (the issue's "generation including tokenization and shard writing"),
-  the eval sets, the tokenizer (its sample and training);
+  alone (gen_parts.py): the shard stage (the issue's "generation including tokenization and
+  shard writing"), the eval sets, the tokenizer sample and its training;
 - physlm text only: the family's documents (text and ground truth) without tokenizing or
   writing;
 - official text only: facebookresearch/PhysicsLM4's bioS text (people sampled, then its own
@@ -23,7 +23,6 @@ is given both per wall second and per CPU second (user + system) of the process.
 
 import argparse
 import io
-import resource
 import shutil
 import statistics
 import tempfile
@@ -32,16 +31,11 @@ from pathlib import Path
 
 import webdataset as wds
 from cpu_pressure import print_run_footer
+from gen_parts import SAMPLE, SHARD_STAGE, SHARD_STAGE_CPU, TRAINING, eval_seconds, time_parts
 from official_bios_peer import run_official_bios
 
 from corpus_gen.core.config import load_config
-from corpus_gen.core.generate import (
-    Task,
-    _build_eval_set,
-    _build_shard,
-    _ensure_tokenizer,
-    generate_corpus,
-)
+from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.records import BATCH, batch_texts
 from corpus_gen.core.registry import get_family, schemas
 from corpus_gen.core.shards import ShardWriter, npy_bytes
@@ -50,7 +44,7 @@ from corpus_gen.core.tokenizer import Tokenizer
 ROOT = Path(__file__).resolve().parent.parent
 WHOLE = "physlm end to end (gen command)"
 SHARDS = "physlm shard stage: text + tokenize + write (wall)"
-SHARDS_CPU = "physlm shard stage (per CPU second)"
+PER_CPU = "physlm shard stage (per CPU second)"
 
 
 def _config(variant: str, people: int):
@@ -60,37 +54,15 @@ def _config(variant: str, people: int):
 
 
 def _ours_end_to_end(config, scratch: Path) -> dict[str, float]:
-    """Seconds of the whole gen command and of its parts, and the documents written."""
+    """Seconds of the whole gen command ("whole") and of its parts, and the documents written."""
     out = scratch / "gen"
     shutil.rmtree(out, ignore_errors=True)
     began = time.perf_counter()
     manifest = generate_corpus(config, out, workers=1, progress=False, log=lambda *_: None)
     times = {"whole": time.perf_counter() - began, "docs": manifest["records"]}
-    for shard in manifest["shards"]:
-        (out / shard["name"]).unlink()
-    shard_tasks = [Task(config, str(out), "bench", s["name"] + ".bench", s["start"], s["stop"])
-                   for s in manifest["shards"]]
-    cpu, began = _cpu_seconds(), time.perf_counter()
-    for task in shard_tasks:
-        _build_shard(task)
-    times["shards"], times["shards_cpu"] = time.perf_counter() - began, _cpu_seconds() - cpu
-    for task in shard_tasks:
-        (out / task.name).unlink()
-    began = time.perf_counter()
-    for name in get_family("bios").eval_sets(config):
-        _build_eval_set(Task(config, str(out), "bench", f"eval/{name}.bench", eval_set=name))
-    times["eval"] = time.perf_counter() - began
-    (out / "tokenizer.model").unlink()
-    began = time.perf_counter()
-    _ensure_tokenizer(config, get_family("bios"), get_family("bios").layout(config), out,
-                      manifest["fingerprint"] + "-bench", lambda *_: None)
-    times["tokenizer"] = time.perf_counter() - began
+    times.update(time_parts(config, out, manifest))
+    times["eval"] = eval_seconds(times)
     return times
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _ours_text_only(config) -> tuple[float, int]:
@@ -146,9 +118,9 @@ def main() -> None:
                 times = _ours_end_to_end(config, scratch)
                 docs = times["docs"]
                 rates.setdefault(WHOLE, []).append(docs / times["whole"])
-                rates.setdefault(SHARDS, []).append(docs / times["shards"])
-                rates.setdefault(SHARDS_CPU, []).append(docs / times["shards_cpu"])
-                for part in ("whole", "shards", "eval", "tokenizer"):
+                rates.setdefault(SHARDS, []).append(docs / times[SHARD_STAGE])
+                rates.setdefault(PER_CPU, []).append(docs / times[SHARD_STAGE_CPU])
+                for part in ("whole", SHARD_STAGE, "eval", SAMPLE, TRAINING):
                     parts.setdefault(part, []).append(times[part])
                 seconds, count = _ours_text_only(config)
                 rates.setdefault("physlm text only", []).append(count / seconds)
@@ -173,14 +145,15 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|")
         for variant in official:
             mine = {n: r / official[variant] for v, n, r, _ in rows if v == variant}
-            print(f"| {variant} | {mine[SHARDS]:.2f} | {mine[SHARDS_CPU]:.2f} | {mine[WHOLE]:.2f}"
+            print(f"| {variant} | {mine[SHARDS]:.2f} | {mine[PER_CPU]:.2f} | {mine[WHOLE]:.2f}"
                   f" | {mine['physlm text only']:.2f} |")
     print("\nThe whole command's parts, seconds (median; each part timed again on its own):\n")
-    print("| variant | whole command | shard stage | eval sets | tokenizer (sample + training) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| variant | whole command | shard stage | eval sets | tokenizer sample "
+          "| tokenizer training |")
+    print("|---|---:|---:|---:|---:|---:|")
     for variant, t in seconds_of.items():
-        print(f"| {variant} | {t['whole']:.2f} | {t['shards']:.2f} | {t['eval']:.2f} "
-              f"| {t['tokenizer']:.2f} |")
+        print(f"| {variant} | {t['whole']:.2f} | {t[SHARD_STAGE]:.2f} | {t['eval']:.2f} "
+              f"| {t[SAMPLE]:.2f} | {t[TRAINING]:.2f} |")
     print(f"\ntar writing, 50,000 samples: webdataset TarWriter {statistics.median(theirs):.2f} s,"
           f" physlm ShardWriter {statistics.median(ours):.2f} s "
           f"({statistics.median(theirs) / statistics.median(ours):.1f}x)")

@@ -1,19 +1,23 @@
 """iGSM generation speed, physlm vs the official generator, side by side in one process run.
 
-    python bench/bench_igsm_gen.py --rounds 3 --official /tmp/igsm_official
+    python bench/bench_igsm_gen.py --rounds 5 --official /tmp/igsm_official
 
 Per preset (`med`: configs/corpus/igsm_med_pq.yaml, `hard`: igsm_hard_pq.yaml), alternating the
 contestants' order from one round to the next:
 - physlm end to end: `generate_corpus` with one worker, i.e. `physlm gen <config>
-  problems=<--problems> --workers 1` (tokenizer sample and training, the training shards with
-  text, tokenization, tar writing and checksums, the eval sets: 500-row test, train-template and
-  out-of-distribution op sets, and the manifest); problems/s counts the training problems only;
-- physlm shard stage: the first training shard (`records_per_shard` problems) built again:
-  problems, text, SentencePiece tokenization, tar members, sha256;
+  problems=<--problems> --workers 1` without the interpreter's start and imports (tokenizer
+  sample and training, the training shards with text, tokenization, tar writing and checksums,
+  the eval sets: 500-row test, train-template and out-of-distribution op sets, and the
+  manifest); problems/s counts the training problems only;
+- then its parts, each timed again on its own (gen_parts.py): the shard stage (every training
+  shard built again: problems, text, SentencePiece tokenization, tar members, sha256), each eval
+  set, the tokenizer sample and its training;
 - official: facebookresearch/iGSM's `IdGen(max_op, max_edge, perm_level=5, detail_level=0)
   .gen_prob(range(23), "pq")`, one new IdGen per problem as in its README, problem + question +
   solution text (its GPT-2 tokenization stubbed out; see official_igsm_peer.py), for
-  --official-problems problems (it is ~50x slower; rates are per second either way).
+  --official-problems problems (it is ~50x slower; rates are per second either way). It runs in
+  a child process: its `tools` package imports torch, whose ~150,000 objects would otherwise
+  slow down every full garbage collection of the physlm contestant.
 Rates are problems per second on one core; the tables report medians over rounds.
 
 Then the op-count histograms: the official `n_op` of every official problem generated above,
@@ -27,25 +31,30 @@ counts of both are shown too.
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from official_igsm_peer import PRESETS, run_official_igsm
+from cpu_pressure import print_run_footer
+from gen_parts import SAMPLE, SHARD_STAGE, TRAINING, eval_seconds, time_parts
+from official_igsm_peer import PRESETS
 
 from corpus_gen.core.config import CorpusConfig, load_config
-from corpus_gen.core.generate import Task, _build_shard, generate_corpus
+from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import get_family, schemas
 
 ROOT = Path(__file__).resolve().parent.parent
-DIFFICULTIES = ("med", "hard")
+PEER = Path(__file__).resolve().parent / "official_igsm_peer.py"
 ISSUE_OFFICIAL = {"med": 25.0, "hard": 16.0}  # the issue's figures for the official generator
 TARGET_FACTOR = 50
+WHOLE, STAGE, OFFICIAL = ("physlm end to end (gen command)", "physlm shard stage",
+                          "official (text + solution)")
 
 
 def config_for(difficulty: str, problems: int) -> CorpusConfig:
@@ -53,21 +62,27 @@ def config_for(difficulty: str, problems: int) -> CorpusConfig:
                        [f"problems={problems}"], schemas())
 
 
-def physlm_end_to_end(config: CorpusConfig, scratch: Path) -> tuple[float, float, int, int]:
-    """(whole gen seconds, training problems, first-shard rebuild seconds, its problems)."""
+def physlm_end_to_end(config: CorpusConfig, scratch: Path) -> dict[str, float]:
+    """Seconds of the whole gen run ("whole") and of its parts, and its training problems."""
     out = scratch / "gen"
     shutil.rmtree(out, ignore_errors=True)
     began = time.perf_counter()
     manifest = generate_corpus(config, out, workers=1, progress=False, log=lambda *_: None)
-    whole = time.perf_counter() - began
-    first = manifest["shards"][0]
-    task = Task(config, str(out), "bench", first["name"] + ".bench", first["start"],
-                first["stop"])
-    began = time.perf_counter()
-    _build_shard(task)
-    shard = time.perf_counter() - began
+    times = {"whole": time.perf_counter() - began, "problems": manifest["records"]}
+    times.update(time_parts(config, out, manifest))
     shutil.rmtree(out, ignore_errors=True)
-    return whole, manifest["records"], shard, first["stop"] - first["start"]
+    return times
+
+
+def run_official(checkout: str, problems: int, difficulty: str, seed: int) -> dict:
+    """official_igsm_peer.py's result, run in a child process."""
+    done = subprocess.run([sys.executable, str(PEER), "--checkout", checkout, "--problems",
+                           str(problems), "--difficulty", difficulty, "--seed", str(seed)],
+                          check=True, capture_output=True, text=True)
+    result = json.loads(done.stdout)
+    for key in ("ops", "steps"):
+        result[key] = Counter({int(k): v for k, v in result[key].items()})
+    return result
 
 
 def physlm_histograms(config: CorpusConfig, problems: int) -> dict[str, Counter[int]]:
@@ -151,95 +166,106 @@ def plot(path: str, hists: dict[str, tuple[dict[str, Counter[int]], dict[str, Co
     fig.savefig(path, dpi=110)
 
 
-def machine_load() -> str:
-    load = os.getloadavg()
-    return f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} on {os.cpu_count()} cores"
+def print_rates(rows: list[tuple[str, str, float, int]]) -> None:
+    print("| preset | what | problems/s | rounds |")
+    print("|---|---|---:|---:|")
+    for difficulty, name, rate, count in rows:
+        print(f"| {difficulty} | {name} | {rate:,.1f} | {count} |")
+    official_rates = {d: r for d, n, r, _ in rows if n == OFFICIAL}
+    if not official_rates:
+        return
+    print(f"\n| preset | physlm end to end / official | physlm shard stage / official "
+          f"| end to end / issue's official figure | target (>= {TARGET_FACTOR}x) |")
+    print("|---|---:|---:|---:|---|")
+    for difficulty, theirs in official_rates.items():
+        mine = {n: r for d, n, r, _ in rows if d == difficulty}
+        whole, issue = mine[WHOLE], ISSUE_OFFICIAL[difficulty]
+        print(f"| {difficulty} | {whole / theirs:.1f}x | {mine[STAGE] / theirs:.1f}x "
+              f"| {whole / issue:.1f}x ({issue:g}/s) "
+              f"| {'met' if whole >= TARGET_FACTOR * theirs else 'not met'} here, "
+              f"{'met' if whole >= TARGET_FACTOR * issue else 'not met'} vs "
+              f"{TARGET_FACTOR * issue:,.0f}/s |")
+
+
+def print_split(seconds: dict[str, dict[str, float]]) -> None:
+    """The whole command's parts, seconds (medians over rounds)."""
+    for difficulty, t in seconds.items():
+        sets = [k for k in t if k.startswith("eval ")]
+        print(f"\n{difficulty}: the whole command and its parts, seconds (median; each part "
+              "timed again on its own)\n")
+        print("| part | seconds | share of the whole |")
+        print("|---|---:|---:|")
+        parts = [("whole command", t["whole"]),
+                 ("shard stage (all training shards)", t[SHARD_STAGE]),
+                 ("tokenizer sample", t[SAMPLE]), ("tokenizer training", t[TRAINING]),
+                 (f"eval sets ({len(sets)}), together", t["eval"])]
+        parts += [(f"- {k[5:]}", t[k]) for k in sets]
+        for name, value in parts:
+            print(f"| {name} | {value:.2f} | {100 * value / t['whole']:.0f}% |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=100000,
-                        help="physlm training problems per gen run (the configs' default)")
+    parser.add_argument("--problems", type=int, default=20000,
+                        help="physlm training problems per gen run")
     parser.add_argument("--official-problems", type=int, default=500,
                         help="official problems per round and preset")
     parser.add_argument("--hist-problems", type=int, default=10000,
                         help="physlm problems for the histograms")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--difficulties", default="med,hard")
     parser.add_argument("--official", help="checkout of facebookresearch/iGSM (optional)")
     parser.add_argument("--plot", help="write the histograms to this PNG (needs matplotlib)")
     args = parser.parse_args()
     difficulties = [d for d in args.difficulties.split(",") if d]
 
-    print(f"start: {machine_load()}", file=sys.stderr)
     rows: list[tuple[str, str, float, int]] = []
+    seconds: dict[str, dict[str, float]] = {}
     hists: dict[str, tuple[dict[str, Counter[int]], dict[str, Counter[int]]]] = {}
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
         for difficulty in difficulties:
             config = config_for(difficulty, args.problems)
             rates: dict[str, list[float]] = {}
+            parts: dict[str, list[float]] = {}
             official: dict[str, Counter[int]] = {"op": Counter(), "steps": Counter()}
-
-            def ours(config: CorpusConfig = config, rates: dict = rates) -> None:
-                whole, problems, shard, shard_problems = physlm_end_to_end(config, scratch)
-                rates.setdefault("physlm end to end (gen command)", []).append(problems / whole)
-                rates.setdefault("physlm shard stage (first shard)", []).append(
-                    shard_problems / shard)
-
-            def theirs(difficulty: str = difficulty, rates: dict = rates,
-                       official: dict = official, seed: int = 0) -> None:
-                peer = run_official_igsm(args.official, args.official_problems, difficulty,
-                                         seed=seed)
-                rates.setdefault("official (text + solution)", []).append(
-                    peer["problems"] / peer["seconds"])
-                official["op"].update(peer["ops"])
-                official["steps"].update(peer["steps"])
-
             for round_ in range(args.rounds):
-                order = [ours, theirs] if round_ % 2 == 0 else [theirs, ours]
-                for contestant in order:
-                    if contestant is theirs:
-                        if args.official:
-                            theirs(seed=round_)
-                    else:
-                        contestant()
+                contestants = ["physlm", "official"] if args.official else ["physlm"]
+                for contestant in contestants if round_ % 2 == 0 else contestants[::-1]:
+                    if contestant == "physlm":
+                        times = physlm_end_to_end(config, scratch)
+                        rates.setdefault(WHOLE, []).append(times["problems"] / times["whole"])
+                        rates.setdefault(STAGE, []).append(times["problems"] / times[SHARD_STAGE])
+                        times["eval"] = eval_seconds(times)
+                        for part, value in times.items():
+                            parts.setdefault(part, []).append(value)
+                        continue
+                    peer = run_official(args.official, args.official_problems, difficulty,
+                                        round_)
+                    rates.setdefault(OFFICIAL, []).append(peer["problems"] / peer["seconds"])
+                    official["op"].update(peer["ops"])
+                    official["steps"].update(peer["steps"])
                 print(f"{difficulty} round {round_ + 1}: "
-                      + ", ".join(f"{k} {v[-1]:,.1f}/s" for k, v in rates.items())
-                      + f"; {machine_load()}", file=sys.stderr)
+                      + ", ".join(f"{k} {v[-1]:,.1f}/s" for k, v in rates.items()),
+                      file=sys.stderr)
             for name, values in rates.items():
                 rows.append((difficulty, name, statistics.median(values), len(values)))
+            seconds[difficulty] = {k: statistics.median(v) for k, v in parts.items()}
             if args.official:
                 hists[difficulty] = (official, physlm_histograms(
                     config_for(difficulty, args.hist_problems), args.hist_problems))
-    print(f"end: {machine_load()}", file=sys.stderr)
 
     print(f"iGSM generation, physlm {args.problems:,} problems per gen run, official "
           f"{args.official_problems:,} per round, one core, median of {args.rounds} rounds\n")
-    print("| preset | what | problems/s | rounds |")
-    print("|---|---|---:|---:|")
-    for difficulty, name, rate, count in rows:
-        print(f"| {difficulty} | {name} | {rate:,.1f} | {count} |")
-    official_rates = {d: r for d, n, r, _ in rows if n.startswith("official")}
-    if official_rates:
-        print(f"\n| preset | physlm end to end / official | physlm shard stage / official "
-              f"| end to end / issue's official figure | target (>= {TARGET_FACTOR}x) |")
-        print("|---|---:|---:|---:|---|")
-        for difficulty, theirs_rate in official_rates.items():
-            mine = {n: r for d, n, r, _ in rows if d == difficulty}
-            whole = mine["physlm end to end (gen command)"]
-            shard = mine["physlm shard stage (first shard)"]
-            issue = ISSUE_OFFICIAL[difficulty]
-            print(f"| {difficulty} | {whole / theirs_rate:.1f}x | {shard / theirs_rate:.1f}x "
-                  f"| {whole / issue:.1f}x ({issue:g}/s) "
-                  f"| {'met' if whole >= TARGET_FACTOR * theirs_rate else 'not met'} here, "
-                  f"{'met' if whole >= TARGET_FACTOR * issue else 'not met'} vs "
-                  f"{TARGET_FACTOR * issue:,.0f}/s |")
+    print_rates(rows)
+    print_split(seconds)
     for difficulty, (official, ours) in hists.items():
         print_histograms(difficulty, official, ours)
     if args.plot and hists:
         plot(args.plot, hists)
         print(f"\nhistograms plotted to {args.plot}")
+    print()
+    print_run_footer(threads=1)
 
 
 if __name__ == "__main__":
