@@ -7,8 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from trainer.model import GPT, POSITIONAL, KVCache, ModelConfig
+from corpus_gen.core.errors import ConfigError
+from trainer.model import GPT, POSITIONAL, ModelConfig
 from trainer.model.attention import HAVE_FLASH, build_mask
+from trainer.model.kv_cache import KVCache
 from trainer.model.positional import ALiBi, RelativeBias, Rotary, alibi_slopes
 
 ENCODINGS = sorted(POSITIONAL)
@@ -272,6 +274,24 @@ def test_config_errors_name_the_field(overrides, field):
         config.validate()
     with pytest.raises(ValueError, match=rf"^{field}="):
         GPT(config)
+
+
+@pytest.mark.parametrize("pos,overrides,message", [
+    ("rope", {"rope_theta": 0.0}, "rope_theta=0.0: must be > 0 and finite"),
+    ("rope", {"d_model": 12}, "d_model=12: rope needs an even head dim; d_model / n_head = 3"),
+    ("relative", {"relative_buckets": 1}, "relative_buckets=1: must be >= 2"),
+    ("relative", {"relative_max_distance": 16},
+     "relative_max_distance=16: must exceed relative_buckets // 2 = 16"),
+])
+def test_each_encoding_checks_its_own_options(pos, overrides, message):
+    config = ModelConfig(vocab_size=VOCAB, pos=pos, **overrides)
+    for validate in (POSITIONAL[pos].validate, ModelConfig.validate):
+        with pytest.raises(ConfigError) as caught:
+            validate(config)
+        assert str(caught.value) == message
+        assert caught.value.key == message.split("=")[0]
+    for other in sorted(set(POSITIONAL) - {pos}):  # another encoding's options are not checked
+        ModelConfig(vocab_size=VOCAB, pos=other, **overrides).validate()
 
 
 def test_model_refuses_an_unset_vocabulary():

@@ -8,8 +8,9 @@ start at 0 at its first real token: a row decodes exactly as it would alone.
 import torch
 from torch import Tensor
 
-from trainer.model import GPT, KVCache
+from trainer.model import GPT
 from trainer.model.attention import compute_dtype
+from trainer.model.kv_cache import KVCache
 
 
 @torch.inference_mode()

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trainer.model.config import ModelConfig
+from trainer.model.kv_cache import KVCache
 from trainer.model.positional import Positional
-
-if TYPE_CHECKING:
-    from trainer.model.config import ModelConfig
-    from trainer.model.gpt import KVCache
 
 try:
     from flash_attn import flash_attn_func, flash_attn_varlen_func

@@ -4,7 +4,7 @@ Every encoding answers the same three questions, and the default answer is "noth
 `embed` adds to the token embeddings, `rotate` turns queries and keys, `bias` returns an additive
 attention bias. Positions are explicit tensors ([B, T], or [1, T] shared by the batch) so they
 can restart at each packed document and continue across KV-cache steps. A new encoding is one
-class here with `@register("name")`.
+class here with `@register("name")`; its `validate` checks the config options it reads.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
+
+from trainer.model.errors import require
 
 if TYPE_CHECKING:
     from trainer.model.config import ModelConfig
@@ -34,6 +36,11 @@ class Positional(nn.Module):
 
     flash_compatible = True  # flash_attn can run it (rotations and ALiBi slopes only)
     max_positions: int | None = None  # positions must stay below this, when there is a limit
+
+    @staticmethod
+    def validate(config: ModelConfig) -> None:
+        """Raise ModelConfigError for an option of this encoding the model cannot be built
+        from (called by ModelConfig.validate, before any module is built)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -85,6 +92,13 @@ class Rotary(Positional):
     sin of the last positions seen are kept, since every layer (and q and k) rotates by the same
     position tensor in a forward pass.
     """
+
+    @staticmethod
+    def validate(config: ModelConfig) -> None:
+        require(config.head_dim % 2 == 0, "d_model", config.d_model,
+                f"rope needs an even head dim; d_model / n_head = {config.head_dim}")
+        require(0 < config.rope_theta < math.inf, "rope_theta", config.rope_theta,
+                "must be > 0 and finite")
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
@@ -144,6 +158,14 @@ class RelativeBias(Positional):
     """
 
     flash_compatible = False
+
+    @staticmethod
+    def validate(config: ModelConfig) -> None:
+        require(config.relative_buckets >= 2, "relative_buckets", config.relative_buckets,
+                "must be >= 2")
+        require(config.relative_max_distance > config.relative_buckets // 2,
+                "relative_max_distance", config.relative_max_distance,
+                f"must exceed relative_buckets // 2 = {config.relative_buckets // 2}")
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
