@@ -58,12 +58,24 @@ def _workers(text: str) -> int:
     return value
 
 
+def _config_file(group: str, name_or_path: str) -> Path:
+    """A config file the user names by path, or a shipped config by name (`quickstart`)."""
+    import configs
+    from corpus_gen.core.errors import CorpusError
+
+    path = configs.find(group, name_or_path)
+    if path is None:
+        raise CorpusError(f"{name_or_path}: no such file, and no shipped {group} config of that "
+                          f"name (known: {', '.join(configs.names(group))})")
+    return path
+
+
 def _gen(args: argparse.Namespace) -> int:
     from corpus_gen.core.config import load_config
     from corpus_gen.core.generate import generate_corpus
     from corpus_gen.core.registry import schemas
 
-    config = load_config(args.config, args.overrides, schemas())
+    config = load_config(_config_file("corpus", args.config), args.overrides, schemas())
     out = Path(args.out) if args.out else Path("corpora") / Path(args.config).stem
     progress = False if args.no_progress else None
     generate_corpus(config, out, workers=args.workers, progress=progress)
@@ -94,7 +106,7 @@ def _train(args: argparse.Namespace) -> int:
     from trainer.config import load_experiment
     from trainer.engine import train
 
-    experiment = load_experiment(args.experiment, args.overrides)
+    experiment = load_experiment(_config_file("experiment", args.experiment), args.overrides)
     corpus = Path(args.corpus) if args.corpus else corpus_dir(experiment)
     metrics = train(experiment, run_dir_for(experiment, args.run_dir), corpus)
     print(_trained(metrics))
@@ -118,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.engine import train
     from trainer.eval.runner import evaluate
 
-    experiment = load_experiment(args.experiment, args.overrides)
+    experiment = load_experiment(_config_file("experiment", args.experiment), args.overrides)
     corpus = ensure_corpus(experiment, args.workers)
     run_dir = run_dir_for(experiment, args.run_dir)
     print(f"train  | {run_dir}")

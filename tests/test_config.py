@@ -122,3 +122,15 @@ def test_unknown_named_configs_name_the_experiment_key_and_the_known_ones(tmp_pa
         load_experiment(path, [])
     assert (err.value.source, err.value.key, err.value.value) == (str(path), key, "nosuch")
     assert "gpt_tiny" in err.value.reason and "\n" not in str(err.value)
+
+
+def test_groups_name_a_users_own_file_relative_to_the_experiment_or_a_shipped_config(tmp_path):
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "deep.yaml").write_text("n_layer: 3\n")
+    (tmp_path / "parts" / "short.yaml").write_text("max_steps: 7\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text("model: parts/deep.yaml\ntrain:\n  base: parts/short.yaml\n  lr: 0.01\n"
+                    "eval: qa\n")
+    experiment = load_experiment(path, [])
+    assert experiment.model.n_layer == 3 and experiment.train.max_steps == 7
+    assert experiment.train.lr == 0.01 and experiment.eval.tasks == ["qa"]

@@ -14,9 +14,9 @@ from corpus_gen.core.manifest import FORMAT
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
 from corpus_gen.igsm.checker import REASONS
-from trainer.config import EvalConfig, IgsmEvalConfig, load_experiment
+from trainer.config import load_experiment
 from trainer.engine import train
-from trainer.eval.registry import EvalContext, tasks
+from trainer.eval.registry import EvalContext, eval_schema, tasks
 from trainer.eval.runner import evaluate
 
 SETS = ["igsm_test", "igsm_train_templates", "igsm_op5"]
@@ -120,8 +120,7 @@ def test_the_task_with_perfect_stub_generations_scores_one(corpus, tmp_path, mon
     monkeypatch.setattr(igsm, "generate", fake_generate)
     model = _Model(positional=SimpleNamespace(max_positions=None))
     context = EvalContext(model, tokenizer, corpus, tmp_path, None)
-    config = EvalConfig(tasks=["igsm"], igsm=IgsmEvalConfig(batch_size=4))
-    results = igsm.run(context, config)
+    results = igsm.run(context, igsm.IgsmOptions(batch_size=4))
     assert list(results) == [*SETS, "in_distribution", "out_of_distribution"]
     for name in SETS:
         assert results[name]["solution"] == results[name]["answer"] == 1.0
@@ -135,7 +134,7 @@ def test_the_task_with_perfect_stub_generations_scores_one(corpus, tmp_path, mon
 
     model.positional.max_positions = 150  # learned positions: prompts that fill them are
     # scored wrong without generating; the others get what room is left
-    results = igsm.run(context, config)
+    results = igsm.run(context, igsm.IgsmOptions(batch_size=4))
     for name in SETS:
         entry = results[name]
         assert entry["failures"].get("prompt_too_long", 0) + entry["failures"].get(
@@ -184,8 +183,8 @@ def test_end_to_end_train_then_evaluate(corpus, tmp_path):
                     "  wandb:\n    mode: disabled\neval: igsm\n")
     run_dir = tmp_path / "run"
     train(load_experiment(path, []), run_dir, corpus)
-    config = EvalConfig(tasks=["igsm"],
-                        igsm=IgsmEvalConfig(max_problems=3, batch_size=2, max_new_tokens=12))
+    config = eval_schema()(tasks=["igsm"],
+                           igsm=igsm.IgsmOptions(max_problems=3, batch_size=2, max_new_tokens=12))
     results = evaluate(run_dir, ["igsm"], config, corpus)["igsm"]
     saved = json.loads((run_dir / "eval" / "igsm.json").read_text())
     assert saved == json.loads(json.dumps(results)) and saved["step"] == 3

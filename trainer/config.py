@@ -8,9 +8,11 @@ Every group is validated against its dataclass schema, and errors name key, valu
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+import configs
 from corpus_gen.core.config import (
     COMMAND_LINE,
     CorpusConfig,
@@ -22,9 +24,9 @@ from corpus_gen.core.config import (
 )
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.registry import schemas
+from trainer.eval.registry import eval_schema
 from trainer.model.config import ModelConfig
 
-CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("corpus", "model", "train", "eval")
 
 
@@ -93,50 +95,13 @@ class TrainConfig:
 
 
 @dataclass
-class QAEvalConfig:
-    max_people: int = 0  # people per split to evaluate (0: all)
-    batch_size: int = 64
-    splits: list[str] = field(default_factory=lambda: ["test", "train"])
-
-
-@dataclass
-class IgsmEvalConfig:
-    sets: list[str] = field(default_factory=list)  # eval/<set>.jsonl; empty: every igsm_* set
-    max_problems: int = 0  # problems per set to evaluate (0: all)
-    batch_size: int = 32
-    max_new_tokens: int = 768  # tokens per solution (learned positions: also the last one)
-
-
-@dataclass
-class EvalConfig:
-    tasks: list[str] = field(default_factory=lambda: ["qa"])
-    qa: QAEvalConfig = field(default_factory=QAEvalConfig)
-    igsm: IgsmEvalConfig = field(default_factory=IgsmEvalConfig)
-
-    def validate(self) -> None:
-        require(self.qa.batch_size >= 1, "qa.batch_size", self.qa.batch_size, "must be >= 1")
-        require(self.qa.max_people >= 0, "qa.max_people", self.qa.max_people,
-                "must be >= 0 (0: all)")
-        for split in self.qa.splits:
-            require(split in ("train", "test"), "qa.splits", split, "must be train or test")
-        for key in ("batch_size", "max_new_tokens"):
-            value = getattr(self.igsm, key)
-            require(value >= 1, f"igsm.{key}", value, "must be >= 1")
-        require(self.igsm.max_problems >= 0, "igsm.max_problems", self.igsm.max_problems,
-                "must be >= 0 (0: all)")
-        for name in self.igsm.sets:
-            require(name.startswith("igsm_") and "/" not in name, "igsm.sets", name,
-                    "must name an iGSM eval set, e.g. igsm_test or igsm_op20")
-
-
-@dataclass
 class Experiment:
     name: str
     corpus: CorpusConfig | None  # None: the experiment trains on a corpus directory it is given
     corpus_name: str  # the corpus config's name, for the corpus cache directory
     model: ModelConfig
     train: TrainConfig
-    eval: EvalConfig
+    eval: Any  # trainer.eval.registry.eval_schema(): `tasks` and each task's options
     source: str  # the experiment file
 
 
@@ -158,12 +123,12 @@ def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
 
 
 def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConfig, str]:
-    """The shipped config `name` of `group`, or a ConfigError naming the experiment's key."""
-    path = CONFIG_ROOT / group / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (CONFIG_ROOT / group).glob("*.yaml")))
-        raise ConfigError(key, name, f"no {group} config of that name in "
-                          f"{CONFIG_ROOT / group} (known: {known})", source)
+    """The layer a group's `name` stands for: a YAML file of the user's (relative to the
+    experiment file) or a shipped config; else a ConfigError naming the experiment's key."""
+    path = configs.find(group, name, relative_to=Path(source).parent)
+    if path is None:
+        raise ConfigError(key, name, f"no such file, and no shipped {group} config of that "
+                          f"name (known: {', '.join(configs.names(group))})", source)
     return read_yaml(path), str(path)
 
 
@@ -191,6 +156,6 @@ def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
         corpus_name=names["corpus"],
         model=build_config(ModelConfig, layers["model"] or [({}, source)], "model."),
         train=build_config(TrainConfig, layers["train"] or [({}, source)], "train."),
-        eval=build_config(EvalConfig, layers["eval"] or [({}, source)], "eval."),
+        eval=build_config(eval_schema(), layers["eval"] or [({}, source)], "eval."),
         source=source,
     )

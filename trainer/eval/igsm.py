@@ -19,8 +19,10 @@ Every generation, with its verdict, also goes to `<run>/eval/igsm_generations.js
 
 import json
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from corpus_gen.core.config import require
 from corpus_gen.core.io import atomic_write
 from corpus_gen.core.manifest import read_manifest
 from corpus_gen.igsm.checker import check_solution
@@ -31,6 +33,25 @@ from trainer.eval.registry import EvalContext, Task, register
 
 _ROW_KEYS = ("id", "prompt", "op", "problem")
 GENERATIONS = "igsm_generations.jsonl"
+
+
+@dataclass
+class IgsmOptions:
+    """The experiment's `eval.igsm` group."""
+
+    sets: list[str] = field(default_factory=list)  # eval/<set>.jsonl; empty: every igsm_* set
+    max_problems: int = 0  # problems per set to evaluate (0: all)
+    batch_size: int = 32
+    max_new_tokens: int = 768  # tokens per solution (learned positions: also the last one)
+
+    def validate(self) -> None:
+        for key in ("batch_size", "max_new_tokens"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.max_problems >= 0, "max_problems", self.max_problems,
+                "must be >= 0 (0: all)")
+        for name in self.sets:
+            require(name.startswith("igsm_") and "/" not in name, "sets", name,
+                    "must name an iGSM eval set, e.g. igsm_test or igsm_op20")
 
 
 def default_sets(corpus_dir: Path) -> list[str]:
@@ -139,16 +160,15 @@ def _distribution(rows: list[dict]) -> str:
     return "ood" if rows and rows[0].get("split") == "ood" else "in"
 
 
-def run(context: EvalContext, config) -> dict:
-    igsm = config.igsm
-    names = list(dict.fromkeys(igsm.sets)) or default_sets(context.corpus_dir)
+def run(context: EvalContext, options: IgsmOptions) -> dict:
+    names = list(dict.fromkeys(options.sets)) or default_sets(context.corpus_dir)
     results: dict = {}
     log: list[dict] = []
     by_distribution: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
     for name in names:
-        rows = load_rows(context.corpus_dir, name, igsm.max_problems)
-        results[name], verdicts = score_set(context, name, rows, igsm.batch_size,
-                                            igsm.max_new_tokens, log)
+        rows = load_rows(context.corpus_dir, name, options.max_problems)
+        results[name], verdicts = score_set(context, name, rows, options.batch_size,
+                                            options.max_new_tokens, log)
         by_distribution[results[name]["distribution"]].extend(verdicts)
     for key, label in (("in", "in_distribution"), ("ood", "out_of_distribution")):
         if by_distribution[key]:
@@ -195,4 +215,4 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-register(Task("igsm", run, plot))
+register(Task("igsm", IgsmOptions, run, plot))

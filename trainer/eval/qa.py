@@ -8,15 +8,33 @@ and of its first token, per attribute and overall.
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from corpus_gen.bios.qa import answered
+from corpus_gen.core.config import require
 from trainer.errors import TrainError
 from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+
+@dataclass
+class QAOptions:
+    """The experiment's `eval.qa` group."""
+
+    max_people: int = 0  # people per split to evaluate (0: all)
+    batch_size: int = 64
+    splits: list[str] = field(default_factory=lambda: ["test", "train"])
+
+    def validate(self) -> None:
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        require(self.max_people >= 0, "max_people", self.max_people, "must be >= 0 (0: all)")
+        for split in self.splits:
+            require(split in ("train", "test"), "splits", split, "must be train or test")
 
 
 def _rows(corpus_dir: Path, split: str, max_people: int) -> list[dict]:
@@ -40,7 +58,7 @@ def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         prompts = [tokenizer.encode(r["prompt"]) for r in batch]
-        expected = [tokenizer.encode(f"{r['prompt']} {r['answer']}.")[len(p):]
+        expected = [tokenizer.encode(answered(r["prompt"], r["answer"]))[len(p):]
                     for r, p in zip(batch, prompts)]
         outputs = generate(context.model, prompts, max_new_tokens=max(map(len, expected)))
         for row, want, got in zip(batch, expected, outputs):
@@ -56,11 +74,10 @@ def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict
             "n": len(every_exact), "per_attribute": per_attribute}
 
 
-def run(context: EvalContext, config) -> dict:
-    qa = config.qa
-    return {split: score_split(context, _rows(context.corpus_dir, split, qa.max_people),
-                               qa.batch_size)
-            for split in qa.splits}
+def run(context: EvalContext, options: QAOptions) -> dict:
+    return {split: score_split(context, _rows(context.corpus_dir, split, options.max_people),
+                               options.batch_size)
+            for split in options.splits}
 
 
 # (result key, legend label, hatch): how the plot draws each metric
@@ -124,4 +141,4 @@ def plot(results: dict, path: Path) -> None:
     figure(results).savefig(path, dpi=120, bbox_inches="tight")  # the legend sits outside
 
 
-register(Task("qa", run, plot))
+register(Task("qa", QAOptions, run, plot))

@@ -1,19 +1,28 @@
 """Evaluation tasks plug in here by name; each is one module of trainer/eval.
 
-A task is a function `(context, eval_config) -> results dict`; the runner writes the results to
-`<run>/eval/<task>.json`, logs them, and draws the task's plot if it has one. Modules of this
-package that call `register` are found automatically.
+A task is its options (a dataclass with `validate()`, the experiment's `eval.<task>` group), a
+function `(context, options) -> results dict`, and optionally a plot; the runner writes the
+results to `<run>/eval/<task>.json`, logs them, and draws the plot. The experiment's `eval`
+schema is assembled from the registered tasks (`eval_schema`), so a new task module is all it
+takes. Modules of this package that call `register` are found automatically.
 """
 
+import dataclasses
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from corpus_gen.core.config import require
+from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.registry import import_submodules
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.model import GPT
+
+DEFAULT_TASKS = ("qa",)
 
 
 @dataclass
@@ -28,7 +37,8 @@ class EvalContext:
 @dataclass(frozen=True)
 class Task:
     name: str
-    run: Callable[[EvalContext, object], dict]
+    options: type  # a dataclass with validate(): the experiment's eval.<name> group
+    run: Callable[[EvalContext, Any], dict]
     plot: Callable[[dict, Path], None] | None = None
 
 
@@ -43,3 +53,29 @@ def register(task: Task) -> Task:
 def tasks() -> dict[str, Task]:
     import_submodules("trainer.eval")  # cheap once cached; finds every task module
     return _TASKS
+
+
+def eval_schema() -> type:
+    """The experiment's `eval` group: `tasks` (the ones `physlm eval` runs by default) and each
+    registered task's options under its name."""
+    known = tasks()
+    return _eval_schema(tuple((name, known[name].options) for name in sorted(known)))
+
+
+@functools.cache  # one class per set of tasks: configs of the same tasks share a schema
+def _eval_schema(options: tuple[tuple[str, type], ...]) -> type:
+    fields = [("tasks", list[str], field(default_factory=lambda: list(DEFAULT_TASKS)))]
+    fields += [(name, schema, field(default_factory=schema)) for name, schema in options]
+    return dataclasses.make_dataclass("EvalConfig", fields,
+                                      namespace={"validate": _validate_eval})
+
+
+def _validate_eval(config: Any) -> None:
+    known = tasks()
+    for name in config.tasks:
+        require(name in known, "tasks", name, f"unknown evaluation task; known: {sorted(known)}")
+    for name in known:
+        try:
+            getattr(config, name).validate()
+        except ConfigError as exc:  # the task names its own keys; the group is its name
+            raise ConfigError(f"{name}.{exc.key}", exc.value, exc.reason) from None

@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -10,9 +11,8 @@ from corpus_gen.core.io import atomic_write
 from corpus_gen.core.manifest import read_manifest
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer import checkpoint
-from trainer.config import EvalConfig
 from trainer.errors import TrainError
-from trainer.eval.registry import EvalContext, tasks
+from trainer.eval.registry import EvalContext, eval_schema, tasks
 from trainer.model import GPT, ModelConfig
 from trainer.tracking import Tracker
 
@@ -32,7 +32,7 @@ def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
 
 
 def evaluate(run_dir: Path, task_names: list[str] | None = None,
-             eval_config: EvalConfig | None = None, corpus_dir: Path | None = None) -> dict:
+             eval_config: Any = None, corpus_dir: Path | None = None) -> dict:
     """Run `task_names` (default: the run's `eval.tasks`) on the run's latest checkpoint; write
     `<run>/eval/<task>.json`."""
     config_path = run_dir / "config.yaml"
@@ -41,7 +41,7 @@ def evaluate(run_dir: Path, task_names: list[str] | None = None,
     resolved = OmegaConf.load(config_path)
     corpus_dir = Path(corpus_dir or resolved.corpus_dir)
     if eval_config is None:
-        eval_config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig),
+        eval_config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(eval_schema()),
                                                           resolved.eval))
     task_names = list(task_names or eval_config.tasks)
     known = tasks()
@@ -63,7 +63,8 @@ def evaluate(run_dir: Path, task_names: list[str] | None = None,
     results = {}
     for name in task_names:
         task = known[name]
-        result = {"step": meta["step"], "run": resolved.name, **task.run(context, eval_config)}
+        options = getattr(eval_config, name)
+        result = {"step": meta["step"], "run": resolved.name, **task.run(context, options)}
         atomic_write(out / f"{name}.json", (json.dumps(result, indent=1) + "\n").encode())
         tracker.summary(_flatten(f"eval/{name}", result))
         if task.plot is not None:
