@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from corpus_gen.core.config import CorpusConfig
-from corpus_gen.core.generate import Task, _build_eval_set, _build_shard, _tokenizer_sample
+from corpus_gen.core.generate import Job, _build_eval_set, _build_shard, _tokenizer_sample
 from corpus_gen.core.registry import get_family
 from corpus_gen.core.tokenizer import train_tokenizer
 
@@ -31,20 +31,20 @@ def time_parts(config: CorpusConfig, out: Path, manifest: dict) -> dict[str, flo
     times: dict[str, float] = {}
     for shard in manifest["shards"]:
         (out / shard["name"]).unlink()
-    tasks = [Task(config, str(out), "bench", s["name"] + ".bench", s["start"], s["stop"])
+    jobs = [Job(config, str(out), "bench", s["name"] + ".bench", s["start"], s["stop"])
              for s in manifest["shards"]]
     cpu, began = cpu_seconds(), time.perf_counter()
-    for task in tasks:
-        _build_shard(task)
+    for job in jobs:
+        _build_shard(job)
     times[SHARD_STAGE], times[SHARD_STAGE_CPU] = time.perf_counter() - began, cpu_seconds() - cpu
-    for task in tasks:
-        (out / task.name).unlink()
+    for job in jobs:
+        (out / job.name).unlink()
     for name in family.eval_sets(config):
-        task = Task(config, str(out), "bench", f"eval/{name}.bench", eval_set=name)
+        job = Job(config, str(out), "bench", f"eval/{name}.bench", eval_set=name)
         began = time.perf_counter()
-        _build_eval_set(task)
+        _build_eval_set(job)
         times[f"eval {name}"] = time.perf_counter() - began
-        (out / task.name).unlink()
+        (out / job.name).unlink()
     layout = family.layout(config)
     began = time.perf_counter()
     sample = list(_tokenizer_sample(config, family, layout))

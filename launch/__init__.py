@@ -1,1 +1,1 @@
-"""The `physlm` command line: generate, verify (and, as they land, train, eval, run, submit)."""
+"""The `physlm` command line: gen, verify, train, eval and run."""

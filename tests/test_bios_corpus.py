@@ -93,10 +93,10 @@ def test_mix_mode_adds_qa_documents_with_answer_only_loss(bios_config):
     assert len(qa_docs) == 2 * 100 and {d.meta["split"] for d in qa_docs} == {"train"}
     for doc in qa_docs:
         person = doc.meta["person"]
-        assert len(doc.no_loss) == 6
-        for start, end in doc.no_loss:
+        assert len(doc.masked) == 6
+        for start, end in doc.masked:
             assert doc.text[start:end].endswith("\nAnswer:")
-        answers = [doc.text[end:].split(".", 1)[0].strip() for _, end in doc.no_loss]
+        answers = [doc.text[end:].split(".", 1)[0].strip() for _, end in doc.masked]
         # dates contain no '.', so the text up to the next '.' is the answer
         assert sorted(answers) == sorted(person[a].split(".")[0] for a in ATTRIBUTES)
 

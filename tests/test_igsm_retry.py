@@ -51,12 +51,12 @@ def test_retry_steps_are_marked_masked_and_the_rest_is_correct(tmp_path, kind, m
             else:  # a future step of the solution
                 assert wrong in meta["steps"] and wrong not in done
         if mask:
-            spans = [text[a:b] for a, b in record.no_loss]
+            spans = [text[a:b] for a, b in record.masked]
             assert spans == [s[: -len(" [BACK]")] for s in sentences if s.endswith("[BACK]")]
-            for a, b in record.no_loss:  # on word boundaries
+            for a, b in record.masked:  # on word boundaries
                 assert text[a - 1] == " " and text[b] == " " and text[b:b + 7] == " [BACK]"
         else:
-            assert record.no_loss == ()
+            assert record.masked == ()
         total += len(back)
     assert total > 400
 

@@ -1,1 +1,2 @@
-"""GPT variants trained with DeepSpeed on physlm corpora (arrives with the trainer issue)."""
+"""GPT variants (model/), their DeepSpeed training loop (engine), checkpoints, data loading
+from corpus shards, and the evaluation tasks (eval/)."""

@@ -101,8 +101,8 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
         documents = []
         for i, person, meta in zip(range(a, b), person_dicts(drawn[a:b], pools), metas):
             if is_qa[i]:
-                text, no_loss = qa_document(person, ORDERS[orders[i]], answer_only_loss)
-                documents.append(Record(text, orjson.loads(meta), no_loss))
+                text, masked = qa_document(person, ORDERS[orders[i]], answer_only_loss)
+                documents.append(Record(text, orjson.loads(meta), masked))
             else:
                 documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])),
                                         orjson.loads(meta)))

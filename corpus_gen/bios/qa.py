@@ -13,9 +13,14 @@ QUESTIONS = {
 ANSWER_CUE = "\nAnswer:"
 
 
+def answered(prompt: str, answer: str) -> str:
+    """A prompt (question + ANSWER_CUE) with its answer, as training documents write it: the
+    evaluation expects the model to continue the prompt this way."""
+    return f"{prompt} {answer}."
+
+
 def qa_pairs(person: dict) -> list[tuple[str, str, str]]:
-    """(attribute, question, answer) for each attribute. The prompt is question + ANSWER_CUE,
-    which the model continues with ' ' + answer + '.'."""
+    """(attribute, question, answer) for each attribute; the prompt is question + ANSWER_CUE."""
     name = full_name(person)
     return [(a, QUESTIONS[a].format(name=name), person[a]) for a in ATTRIBUTES]
 
@@ -24,16 +29,16 @@ def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
                 ) -> tuple[str, tuple[tuple[int, int], ...]]:
     """All six QA pairs in `order`, and the prompt spans to drop from the loss if asked."""
     pairs = qa_pairs(person)
-    parts, no_loss, position = [], [], 0
+    parts, masked, position = [], [], 0
     for i in order:
         _, question, answer = pairs[i]
         prompt = question + ANSWER_CUE
         if answer_only_loss:
-            no_loss.append((position, position + len(prompt)))
-        text = f"{prompt} {answer}."
+            masked.append((position, position + len(prompt)))
+        text = answered(prompt, answer)
         parts.append(text)
         position += len(text) + 1
-    return " ".join(parts), tuple(no_loss)
+    return " ".join(parts), tuple(masked)
 
 
 def eval_rows(person: dict, split: str) -> list[dict]:

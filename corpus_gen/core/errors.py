@@ -13,5 +13,3 @@ class ConfigError(CorpusError):
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{key}={value!r}: {reason}")
 
-    def with_source(self, source: str) -> "ConfigError":
-        return ConfigError(self.key, self.value, self.reason, source)

@@ -58,7 +58,7 @@ _KEEP_SAMPLE_DOCUMENTS = 100_000
 
 
 @dataclass(frozen=True)
-class Task:
+class Job:
     """One output file to build in a worker: a shard (index >= 0) or an eval set (name)."""
 
     config: CorpusConfig
@@ -75,7 +75,7 @@ class _Document(NamedTuple):
     the tokenizer sample without the dozens of objects a `meta` holds)."""
 
     text: str
-    no_loss: tuple[tuple[int, int], ...]
+    masked: tuple[tuple[int, int], ...]
     json: bytes
 
 
@@ -126,14 +126,14 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
     tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log, kept)
 
     per_shard = config.records_per_shard
-    tasks, entries = [], {}
+    jobs, entries = [], {}
     for index, start in enumerate(range(0, layout.records, per_shard)):
         name = shard_name(index)
         entry = _kept(out, name, fp, recorded, log)
         if entry and entry.get("tokenizer") == tokenizer_entry["sha256"]:
             entries[name] = entry
             continue
-        tasks.append(Task(config, str(out), fp, name, start, min(start + per_shard,
+        jobs.append(Job(config, str(out), fp, name, start, min(start + per_shard,
                                                                   layout.records)))
     for set_name in family.eval_sets(config):
         name = f"eval/{set_name}.jsonl"
@@ -141,12 +141,12 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
         if entry:
             entries[name] = entry
         else:
-            tasks.insert(0, Task(config, str(out), fp, name, eval_set=set_name))
+            jobs.insert(0, Job(config, str(out), fp, name, eval_set=set_name))
 
-    generated = sum(t.stop - t.start for t in tasks)
+    generated = sum(job.stop - job.start for job in jobs)
     hide = None if progress is None else not progress  # None: show on a terminal only
     bar = tqdm(total=generated, unit="doc", unit_scale=True, disable=hide, file=sys.stderr)
-    for entry in _run(tasks, workers, kept):
+    for entry in _run(jobs, workers, kept):
         entries[entry["name"]] = entry
         bar.update(entry.get("stop", 0) - entry.get("start", 0))
     bar.close()
@@ -262,20 +262,20 @@ def _tokenizer_sample(config: CorpusConfig, family: Family, layout: Layout,
             start += len(batch)
 
 
-def _run(tasks: list[Task], workers: int, kept: dict[int, _Document] | None):
-    if workers <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            yield _build(task, kept)
+def _run(jobs: list[Job], workers: int, kept: dict[int, _Document] | None):
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield _build(job, kept)
         return
     context = multiprocessing.get_context("spawn")
-    with context.Pool(min(workers, len(tasks))) as pool:
-        yield from pool.imap_unordered(_build, tasks)
+    with context.Pool(min(workers, len(jobs))) as pool:
+        yield from pool.imap_unordered(_build, jobs)
 
 
-def _build(task: Task, kept: dict[int, _Document] | None = None) -> dict:
-    entry = _build_eval_set(task) if task.eval_set else _build_shard(task, kept)
-    entry.update(name=task.name, fingerprint=task.fingerprint)
-    record_progress(Path(task.out), entry)
+def _build(job: Job, kept: dict[int, _Document] | None = None) -> dict:
+    entry = _build_eval_set(job) if job.eval_set else _build_shard(job, kept)
+    entry.update(name=job.name, fingerprint=job.fingerprint)
+    record_progress(Path(job.out), entry)
     return entry
 
 
@@ -302,50 +302,50 @@ def _tokenizer(out: str) -> Tokenizer:
     return _TOKENIZERS[key]
 
 
-def _build_shard(task: Task, kept: dict[int, _Document] | None = None) -> dict:
-    tokenizer = _tokenizer(task.out)
+def _build_shard(job: Job, kept: dict[int, _Document] | None = None) -> dict:
+    tokenizer = _tokenizer(job.out)
     lengths: list[int] = []
-    position = task.start
-    path = Path(task.out) / task.name
+    position = job.start
+    path = Path(job.out) / job.name
     with atomic_path(path) as tmp:
         # a batch arrives as one chunk larger than this buffer, so it goes through uncopied
         with open(tmp, "wb", buffering=1 << 16) as f:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
-            for batch in _batches(task, kept or {}):
+            for batch in _batches(job, kept or {}):
                 jsons, ids, masks, counts = _members(tokenizer, batch)
                 keys = [f"{p:010d}" for p in range(position, position + len(batch))]
                 writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
                 lengths += counts
                 position += len(batch)
             writer.close()
-    return {"records": task.stop - task.start, "tokens": sum(lengths),
+    return {"records": job.stop - job.start, "tokens": sum(lengths),
             "min_tokens": min(lengths), "max_tokens": max(lengths),
-            "sha256": sink.digest.hexdigest(), "start": task.start, "stop": task.stop,
+            "sha256": sink.digest.hexdigest(), "start": job.start, "stop": job.stop,
             "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
 
 
 def _document(record: Record) -> _Document:
-    return _Document(record.text, record.no_loss, orjson.dumps({"text": record.text,
+    return _Document(record.text, record.masked, orjson.dumps({"text": record.text,
                                                                 **record.meta}))
 
 
-def _batches(task: Task, kept: dict[int, _Document]) -> Iterator[UnitBatch | list[_Document]]:
-    """The documents of the task's stream positions, in batches: those the tokenizer sample
+def _batches(job: Job, kept: dict[int, _Document]) -> Iterator[UnitBatch | list[_Document]]:
+    """The documents of the job's stream positions, in batches: those the tokenizer sample
     kept (each taken out of `kept`), the others generated."""
-    position = task.start
-    while position < task.stop:
+    position = job.start
+    while position < job.stop:
         run = []
-        while position < task.stop and position in kept:
+        while position < job.stop and position in kept:
             run.append(kept.pop(position))
             position += 1
         if run:
             yield run
             continue
         gap = position
-        while position < task.stop and position not in kept:
+        while position < job.stop and position not in kept:
             position += 1
-        for batch in get_family(task.config.family).document_batches(task.config, gap, position):
+        for batch in get_family(job.config.family).document_batches(job.config, gap, position):
             yield batch if isinstance(batch, UnitBatch) else list(map(_document, batch))
 
 
@@ -370,8 +370,8 @@ def _members(tokenizer: Tokenizer, batch: UnitBatch | list[_Document]
 
 def _token_members(tokenizer: Tokenizer, document: _Document) -> tuple[bytes, bytes, int]:
     """The document's `ids.npy` and `mask.npy` members and its number of tokens."""
-    if document.no_loss:
-        tokens, mask = tokenizer.encode_masked(document.text, document.no_loss)
+    if document.masked:
+        tokens, mask = tokenizer.encode_masked(document.text, document.masked)
         n = tokenizer.count(tokens)
         return npy_bytes(tokens, tokenizer.dtype, n), npy_bytes(mask, "|u1", n), n
     tokens = tokenizer.encode_bytes(document.text)
@@ -385,9 +385,9 @@ def _full_mask(n: int) -> bytes:
     return npy_bytes(b"\x01" * n, "|u1", n)
 
 
-def _build_eval_set(task: Task) -> dict:
-    rows = get_family(task.config.family).eval_sets(task.config)[task.eval_set]()
-    path = Path(task.out) / task.name
+def _build_eval_set(job: Job) -> dict:
+    rows = get_family(job.config.family).eval_sets(job.config)[job.eval_set]()
+    path = Path(job.out) / job.name
     count = 0
     with atomic_path(path) as tmp:
         with open(tmp, "wb", buffering=1 << 20) as f:

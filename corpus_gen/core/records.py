@@ -19,14 +19,15 @@ class Record:
     """One training document.
 
     `text` is whitespace-normalised (single spaces, no leading or trailing space) so tokenization
-    can be done word by word. `no_loss` lists character spans [start, end) that lie on word
-    boundaries and are excluded from the loss (mask 0); everything else counts (mask 1).
+    can be done word by word. `masked` lists character spans [start, end) that lie on word
+    boundaries and are excluded from the loss: the loss mask (the shard's `mask.npy`) is 0 there
+and 1 everywhere else.
     `meta` is the family's ground truth, stored beside the text in the shard's `json` member.
     """
 
     text: str
     meta: dict = field(default_factory=dict)
-    no_loss: tuple[tuple[int, int], ...] = ()
+    masked: tuple[tuple[int, int], ...] = ()
 
 
 class Units:

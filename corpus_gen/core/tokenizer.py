@@ -213,18 +213,18 @@ class Tokenizer:
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize
 
-    def encode_masked(self, text: str, no_loss: Sequence[tuple[int, int]]
+    def encode_masked(self, text: str, masked: Sequence[tuple[int, int]]
                       ) -> tuple[bytes, bytes]:
         """Token ids (as `encode_bytes`) and a uint8 loss mask over them: 0 for the tokens of
-        every word that starts inside a `no_loss` character span [start, end), else 1."""
+        every word that starts inside a `masked` character span [start, end), else 1."""
         words = text.split(" ")
         pieces = [self._words[word] for word in words]
         counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)) // self._itemsize
         starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]])
-        masked = np.zeros(len(words), dtype=bool)
-        for start, end in no_loss:
-            masked[np.searchsorted(starts, start):np.searchsorted(starts, end)] = True
-        mask = np.repeat((~masked).astype(np.uint8), counts)
+        masked_words = np.zeros(len(words), dtype=bool)
+        for start, end in masked:
+            masked_words[np.searchsorted(starts, start):np.searchsorted(starts, end)] = True
+        mask = np.repeat((~masked_words).astype(np.uint8), counts)
         return b"".join(pieces), mask.tobytes()
 
     def decode(self, ids: Sequence[int]) -> str:

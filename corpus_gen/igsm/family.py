@@ -102,7 +102,7 @@ def document(config: IgsmConfig, problem: Problem, template: str, rng: random.Ra
     prompt = _head(config, problem, rng) + " Solution:"
     steps, defines = solution_steps(problem, symbols_for(problem, rng))
     sentences: list[str] = []
-    no_loss: list[tuple[int, int]] = []
+    masked: list[tuple[int, int]] = []
     retries: list[list[int]] = []
     offset = len(prompt) + 1
     defined: set[int] = set()
@@ -112,7 +112,7 @@ def document(config: IgsmConfig, problem: Problem, template: str, rng: random.Ra
             if wrong is not None:
                 attempt = f"Define {graph.name(wrong)} as {symbol}"
                 if config.retry_mask:
-                    no_loss.append((offset, offset + len(attempt)))
+                    masked.append((offset, offset + len(attempt)))
                 retries.append([len(sentences), wrong])
                 sentences.append(f"{attempt} {BACK}")
                 offset += len(sentences[-1]) + 2
@@ -122,7 +122,7 @@ def document(config: IgsmConfig, problem: Problem, template: str, rng: random.Ra
     text = f"{prompt} {'. '.join(sentences)}. Answer: {problem.answer}."
     meta = {"op": problem.op, "answer": problem.answer, "template": template,
             "problem": graph.to_dict(), "steps": problem.order, "retries": retries}
-    return Record(text, meta, tuple(no_loss))
+    return Record(text, meta, tuple(masked))
 
 
 def _seeds(config: IgsmConfig, stream: str, start: int, stop: int) -> list[int]:
