@@ -1,4 +1,4 @@
-"""bioS sentence templates (one sentence per attribute) and a fast filler.
+"""bioS sentence templates (one sentence per attribute) and their compiled plans.
 
 Every template mentions the person exactly once through one subject-type slot
 (``{Subj}``, ``{subj}``, ``{Poss}``, ``{poss}`` or ``{obj}``) and the attribute
@@ -348,10 +348,10 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "company_city": COMPANY_CITY,
 }
 
-# Subject slots and their pronoun forms, in the same order.
+# Subject slots and their pronoun forms, in the same order (bioR's mentions use both).
 SUBJECT_SLOTS: tuple[str, ...] = ("Subj", "subj", "Poss", "poss", "obj")
 _POSSESSIVE = (False, False, True, True, False)
-_PRONOUNS: dict[str, tuple[str, ...]] = {
+PRONOUNS: dict[str, tuple[str, ...]] = {
     "male": ("He", "he", "His", "his", "him"),
     "female": ("She", "she", "Her", "her", "her"),
 }
@@ -391,7 +391,7 @@ def compile_plan(template: str, mode: str) -> tuple[Term, ...]:
             raise ValueError(f"bad placeholder in template {template!r}")
         slots.append(key)
         if key != "value" and mode != "name":
-            run.append(prefix + _PRONOUNS[mode][SUBJECT_SLOTS.index(key)] + suffix)
+            run.append(prefix + PRONOUNS[mode][SUBJECT_SLOTS.index(key)] + suffix)
             continue
         if run:
             terms.append(Term(" ".join(run)))
@@ -417,7 +417,7 @@ PLANS: dict[str, tuple[dict[str, tuple[Term, ...]], ...]] = {
 
 def render_template(template: str, *, name: str, gender: str, use_name: bool, value: str) -> str:
     """Fill one template: the full name (``name's`` as possessive) or he/she pronouns."""
-    if not use_name and gender not in _PRONOUNS:
+    if not use_name and gender not in PRONOUNS:
         raise ValueError(f"gender must be 'male' or 'female', got {gender!r}")
     fill = {None: "", "value": value, "name": name}
     return " ".join(t.prefix + fill[t.slot] + t.suffix
