@@ -58,8 +58,23 @@ def _engine(zero_stage: int = 0):
     return engine
 
 
-def _meta(engine, run_id: str = "this-run") -> dict:
-    return {"model_config": asdict(engine.module.config), "run_id": run_id}
+class Position:
+    """A per-rank part standing in for the data loader: its state is what it was given."""
+
+    def __init__(self, state: dict):
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = state
+
+
+def _state(engine, step: int, data: dict | None = None) -> checkpoint.TrainState:
+    return checkpoint.TrainState(engine=engine, data=Position(data or {}), step=step,
+                                 meta={"model_config": asdict(engine.module.config),
+                                       "run_id": "this-run"})
 
 
 class Planted:
@@ -140,8 +155,7 @@ def test_keep_last_keeps_this_runs_newest_and_leaves_other_runs_alone(tmp_path):
     unreadable = checkpoints / "step-000070"
     unreadable.mkdir()  # no meta.json: nobody's to remove
     for step in range(1, 5):
-        saved = checkpoint.save(engine, checkpoints, step, _meta(engine), {"batch": step},
-                                keep_last=2)
+        saved = checkpoint.save(_state(engine, step, {"batch": step}), checkpoints, keep_last=2)
         assert saved == checkpoints / checkpoint.tag(step) and saved.is_dir()
     names = sorted(p.name for p in checkpoints.iterdir())
     assert names == ["latest", "step-000003", "step-000004", "step-000050", "step-000060",
@@ -156,7 +170,7 @@ def test_keep_last_orders_checkpoints_by_step_not_by_name(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     for step in (999998, 999999):
         _fake_checkpoint(checkpoints, step, "this-run")
-    checkpoint.save(engine, checkpoints, 1000000, _meta(engine), {}, keep_last=2)
+    checkpoint.save(_state(engine, 1000000), checkpoints, keep_last=2)
     # as text, step-1000000 sorts first: pruning by name would delete the save just made
     assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1000000", "step-999999"]
     assert (checkpoints / "latest").read_text() == "step-1000000"
@@ -176,11 +190,11 @@ def _all_weights_finite(checkpoints: Path) -> bool:
 def test_training_stops_rather_than_save_non_finite_weights(corpus, tmp_path, monkeypatch):
     real = checkpoint.save
 
-    def poisoning_save(engine, checkpoints, step, *args):
-        if step == 4:  # the loss of this step was finite; the weights are not any more
+    def poisoning_save(state, *args):
+        if state.step == 4:  # the loss of this step was finite; the weights are not any more
             with torch.no_grad():
-                next(engine.module.parameters())[0, 0] = NAN
-        return real(engine, checkpoints, step, *args)
+                next(state.engine.module.parameters())[0, 0] = NAN
+        return real(state, *args)
 
     monkeypatch.setattr(checkpoint, "save", poisoning_save)
     run = tmp_path / "run"
@@ -202,26 +216,48 @@ def test_training_stops_rather_than_save_non_finite_weights(corpus, tmp_path, mo
 def test_save_refuses_non_finite_optimizer_state_and_partitions(tmp_path, zero_stage, poison):
     engine = _engine(zero_stage)
     checkpoints = tmp_path / "checkpoints"
-    checkpoint.save(engine, checkpoints, 1, _meta(engine), {}, keep_last=2)
+    checkpoint.save(_state(engine, 1), checkpoints, keep_last=2)
     with torch.no_grad():
         poison(engine).view(-1)[0] = NAN
     with pytest.raises(TrainError, match=r"non-finite by step 2; not saved \(last good "
                                          r"checkpoint: .*step-000001\)"):
-        checkpoint.save(engine, checkpoints, 2, _meta(engine), {}, keep_last=2)
+        checkpoint.save(_state(engine, 2), checkpoints, keep_last=2)
     assert _entries(checkpoints) == ["latest", "step-000001"]
     assert _all_weights_finite(checkpoints)
 
 
 def test_load_refuses_a_checkpoint_with_non_finite_weights(tmp_path):
     engine = _engine()
-    path = checkpoint.save(engine, tmp_path / "checkpoints", 1, _meta(engine), {}, keep_last=2)
+    path = checkpoint.save(_state(engine, 1), tmp_path / "checkpoints", keep_last=2)
     states = path / "mp_rank_00_model_states.pt"
     saved = torch.load(states, weights_only=True)
     next(iter(saved["module"].values())).view(-1)[0] = NAN
     torch.save(saved, states)
     with pytest.raises(TrainError, match=r"step-000001: holds non-finite weights or optimizer "
                                          "state; refusing to resume from it"):
-        checkpoint.load(engine, path)
+        checkpoint.load(_state(engine, 0), path)
+
+
+def test_load_restores_every_part_from_the_file_its_name_gives(tmp_path):
+    engine = _engine()
+    torch.manual_seed(3)
+    saved = _state(engine, 7, {"epoch": 1, "batch": 5})
+    path = checkpoint.save(saved, tmp_path / "checkpoints", keep_last=2)
+    # plain data as JSON, a state holding tensors through torch.save; the step in meta.json
+    assert json.loads((path / "data-rank0.json").read_text()) == {"epoch": 1, "batch": 5}
+    assert (path / "rng-rank0.pt").is_file()
+    assert checkpoint.read_meta(path) == {**saved.meta, "step": 7}
+    draws = torch.rand(3)
+    restored = _state(engine, 0)
+    restored.meta["run_id"] = "a-new-run"
+    checkpoint.load(restored, path)
+    assert restored.step == 7 and restored.meta["run_id"] == "this-run"
+    assert restored.data.state_dict() == {"epoch": 1, "batch": 5}
+    assert torch.equal(torch.rand(3), draws)  # the generators continue where the save was
+    (path / "data-rank0.json").unlink()
+    with pytest.raises(TrainError, match=r"step-000007: no data state for rank 0; was it saved "
+                                         "with another number of processes"):
+        checkpoint.load(_state(engine, 0), path)
 
 
 def test_a_full_disk_during_a_save_keeps_the_last_good_checkpoint(corpus, tmp_path):

@@ -14,8 +14,9 @@ from corpus_gen.core.config import load_config
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
-from corpus_gen.core.shards import read_shard
-from trainer.data import DataConfig, PackedBatches
+from corpus_gen.core.shards import read_npy_header, read_shard, tar_members
+from trainer.config import TrainConfig
+from trainer.data import IGNORE_INDEX, PackedBatches
 
 
 def _corpus(root: Path, **overrides) -> Path:
@@ -54,8 +55,8 @@ def _documents(corpus: Path, names: list[str]) -> list[dict]:
 def _stream(documents: list[dict], eos: int) -> tuple[np.ndarray, np.ndarray]:
     """Tokens and loss mask of the documents, each followed by an EOS that counts."""
     tokens = np.concatenate([np.append(d["ids"], eos) for d in documents]).astype(np.int64)
-    loss = np.concatenate([np.append(d["mask"], 1) for d in documents])
-    return tokens, loss
+    mask = np.concatenate([np.append(d["mask"], 1) for d in documents])
+    return tokens, mask
 
 
 def _rows(batches: list[dict], key: str) -> np.ndarray:
@@ -71,7 +72,7 @@ def _assert_same(left: list[dict], right: list[dict]) -> None:
 
 
 def test_windows_cut_the_document_stream_in_manifest_order(bios):
-    data = PackedBatches(bios, DataConfig(ctx=64, micro_batch=2, shuffle_shards=False))
+    data = PackedBatches(bios, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))
     names = data.epoch_shards(0)
     assert names == [f"train/shard-{i:06d}.tar" for i in range(5)]
     tokens, _ = _stream(_documents(bios, names), data.eos_id)
@@ -88,20 +89,20 @@ def test_windows_cut_the_document_stream_in_manifest_order(bios):
 
 
 def test_labels_count_exactly_where_the_next_token_is_in_the_loss(mix):
-    data = PackedBatches(mix, DataConfig(ctx=64, micro_batch=2, shuffle_shards=False))
-    tokens, loss = _stream(_documents(mix, data.epoch_shards(0)), data.eos_id)
+    data = PackedBatches(mix, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))
+    tokens, mask = _stream(_documents(mix, data.epoch_shards(0)), data.eos_id)
     labels = _rows(list(islice(data, data.batches_in_epoch(0))), "labels")
     covered = slice(1, len(labels) * 64 + 1)
-    expected = np.where(loss[covered] == 1, tokens[covered], -100).reshape(-1, 64)
+    expected = np.where(mask[covered] == 1, tokens[covered], IGNORE_INDEX).reshape(-1, 64)
     np.testing.assert_array_equal(labels, expected)
-    ignored = int((loss[covered] == 0).sum())
+    ignored = int((mask[covered] == 0).sum())
     assert ignored > 1000  # the QA questions
-    assert int((labels == -100).sum()) == ignored
+    assert int((labels == IGNORE_INDEX).sum()) == ignored
     assert int((labels == data.eos_id).sum()) == int((tokens[covered] == data.eos_id).sum())
 
 
 def test_positions_restart_and_doc_ids_step_after_each_eos(bios):
-    data = PackedBatches(bios, DataConfig(ctx=128, micro_batch=2, shuffle_shards=False))
+    data = PackedBatches(bios, TrainConfig(ctx=128, micro_batch=2, shuffle_shards=False))
     out = list(islice(data, 20))
     inputs, positions, doc_ids = (_rows(out, k) for k in ("input_ids", "position_ids", "doc_ids"))
     first_length = len(_documents(bios, data.epoch_shards(0)[:1])[0]["ids"])
@@ -113,8 +114,8 @@ def test_positions_restart_and_doc_ids_step_after_each_eos(bios):
         np.testing.assert_array_equal(ids, np.cumsum(after_eos) - 1)
         starts = np.maximum.accumulate(np.where(after_eos, np.arange(128), 0))
         np.testing.assert_array_equal(pos, np.arange(128) - starts)
-    plain = PackedBatches(bios, DataConfig(ctx=128, micro_batch=2, shuffle_shards=False,
-                                           doc_mask=False, restart_positions=False))
+    plain = PackedBatches(bios, TrainConfig(ctx=128, micro_batch=2, shuffle_shards=False,
+                                            doc_mask=False, restart_positions=False))
     first = next(iter(plain))
     assert torch.equal(first["input_ids"], out[0]["input_ids"])
     assert torch.equal(first["labels"], out[0]["labels"])
@@ -124,8 +125,8 @@ def test_positions_restart_and_doc_ids_step_after_each_eos(bios):
 
 def test_whole_documents_are_packed_greedily_and_padded_with_ignored_eos(mix):
     ctx = 256
-    data = PackedBatches(mix, DataConfig(ctx=ctx, micro_batch=2, split_documents=False,
-                                         shuffle_shards=False))
+    data = PackedBatches(mix, TrainConfig(ctx=ctx, micro_batch=2, split_documents=False,
+                                          shuffle_shards=False))
     eos = data.eos_id
     expected = []  # greedy, in order, restarting at every shard
     for name in data.epoch_shards(0):
@@ -146,7 +147,7 @@ def test_whole_documents_are_packed_greedily_and_padded_with_ignored_eos(mix):
     for want, (inputs, labels, positions, doc_ids) in zip(expected, rows):
         n = len(want)
         np.testing.assert_array_equal(inputs[: min(n, ctx)], want[:ctx])
-        assert (inputs[n:] == eos).all() and (labels[n - 1 :] == -100).all()
+        assert (inputs[n:] == eos).all() and (labels[n - 1 :] == IGNORE_INDEX).all()
         assert (doc_ids[n:] == want.count(eos)).all()  # the padding is a segment of its own
         np.testing.assert_array_equal(positions[n:], np.arange(ctx - n))
 
@@ -156,7 +157,7 @@ def test_document_longer_than_ctx_is_an_error_naming_it(mix):
     too_long = next(d for d in first if len(d["ids"]) > 60)
     key, length = too_long["__key__"], len(too_long["ids"])
     with pytest.raises(CorpusError) as error:
-        PackedBatches(mix, DataConfig(ctx=60, split_documents=False))
+        PackedBatches(mix, TrainConfig(ctx=60, split_documents=False))
     message = str(error.value)
     assert str(mix / "train/shard-000000.tar") in message
     assert f"sample {key} has {length} tokens" in message
@@ -164,13 +165,13 @@ def test_document_longer_than_ctx_is_an_error_naming_it(mix):
 
 
 def test_shard_order_changes_each_epoch_and_is_reproducible_from_the_seed(mix):
-    config = DataConfig(ctx=64, micro_batch=2, seed=7)
+    config = TrainConfig(ctx=64, micro_batch=2, seed=7)
     data = PackedBatches(mix, config)
     orders = [data.epoch_shards(epoch) for epoch in range(4)]
     assert all(sorted(order) == [f"train/shard-{i:06d}.tar" for i in range(6)] for order in orders)
     assert len({tuple(order) for order in orders}) == 4
     assert [PackedBatches(mix, config).epoch_shards(e) for e in range(4)] == orders
-    other = PackedBatches(mix, DataConfig(ctx=64, micro_batch=2, seed=8))
+    other = PackedBatches(mix, TrainConfig(ctx=64, micro_batch=2, seed=8))
     assert other.epoch_shards(0) != orders[0]
     # iteration follows the drawn order, epoch after epoch
     epoch0 = data.batches_in_epoch(0)
@@ -181,7 +182,7 @@ def test_shard_order_changes_each_epoch_and_is_reproducible_from_the_seed(mix):
 
 
 def test_two_ranks_read_disjoint_shards_and_yield_equal_batch_counts(bios):
-    config = DataConfig(ctx=64, micro_batch=2)
+    config = TrainConfig(ctx=64, micro_batch=2)
     ranks = [PackedBatches(bios, config, rank=r, world_size=2) for r in range(2)]
     for epoch in range(3):
         lists = [data.epoch_shards(epoch) for data in ranks]
@@ -205,7 +206,7 @@ def test_two_ranks_read_disjoint_shards_and_yield_equal_batch_counts(bios):
 
 
 def test_fewer_shards_than_ranks_deal_windows_round_robin(one_shard):
-    config = DataConfig(ctx=32, micro_batch=2)
+    config = TrainConfig(ctx=32, micro_batch=2)
     ranks = [PackedBatches(one_shard, config, rank=r, world_size=2) for r in range(2)]
     tokens, _ = _stream(_documents(one_shard, ["train/shard-000000.tar"]), ranks[0].eos_id)
     total = (len(tokens) - 1) // 32
@@ -219,10 +220,10 @@ def test_fewer_shards_than_ranks_deal_windows_round_robin(one_shard):
 
 
 RESUME_CASES = {
-    "split": ("mix", DataConfig(ctx=64, micro_batch=2), 0, 1),
-    "whole": ("mix", DataConfig(ctx=200, micro_batch=2, split_documents=False), 0, 1),
-    "shard_ranks": ("bios", DataConfig(ctx=64, micro_batch=2), 1, 2),
-    "window_ranks": ("one_shard", DataConfig(ctx=32, micro_batch=2), 1, 2),
+    "split": ("mix", TrainConfig(ctx=64, micro_batch=2), 0, 1),
+    "whole": ("mix", TrainConfig(ctx=200, micro_batch=2, split_documents=False), 0, 1),
+    "shard_ranks": ("bios", TrainConfig(ctx=64, micro_batch=2), 1, 2),
+    "window_ranks": ("one_shard", TrainConfig(ctx=32, micro_batch=2), 1, 2),
 }
 
 
@@ -246,22 +247,22 @@ def test_resume_from_saved_state_yields_the_uninterrupted_batches(case, request)
 
 
 def test_state_is_json_and_rejects_a_run_with_other_settings(bios):
-    data = PackedBatches(bios, DataConfig(ctx=64, micro_batch=2))
+    data = PackedBatches(bios, TrainConfig(ctx=64, micro_batch=2))
     list(islice(data, 3))
     state = data.state_dict()
     assert json.loads(json.dumps(state)) == state
     assert state["epoch"] == 0 and state["batch"] == 3
     with pytest.raises(ValueError, match="saved with ctx=64, this run has ctx=32"):
-        PackedBatches(bios, DataConfig(ctx=32, micro_batch=2)).load_state_dict(state)
+        PackedBatches(bios, TrainConfig(ctx=32, micro_batch=2)).load_state_dict(state)
     with pytest.raises(ValueError, match="world_size=1, this run has world_size=2"):
-        PackedBatches(bios, DataConfig(ctx=64, micro_batch=2), 0, 2).load_state_dict(state)
+        PackedBatches(bios, TrainConfig(ctx=64, micro_batch=2), 0, 2).load_state_dict(state)
 
 
 def test_missing_or_damaged_inputs_are_errors_naming_the_file(bios, tmp_path):
-    config = DataConfig(ctx=64, micro_batch=2)
+    config = TrainConfig(ctx=64, micro_batch=2)
     with pytest.raises(CorpusError, match=str(tmp_path / "nowhere")):
         PackedBatches(tmp_path / "nowhere", config)
-    with pytest.raises(CorpusError, match=str(tmp_path / "manifest.json")):
+    with pytest.raises(CorpusError, match=f"^{tmp_path}: no manifest.json; not a finished"):
         PackedBatches(tmp_path, config)
     copy = tmp_path / "copy"
     shutil.copytree(bios, copy)
@@ -273,6 +274,12 @@ def test_missing_or_damaged_inputs_are_errors_naming_the_file(bios, tmp_path):
     with pytest.raises(CorpusError, match=f"{shard}: shard listed in .* is missing"):
         PackedBatches(copy, config)
     manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["shards"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorpusError, match=f"^{copy / 'manifest.json'}: damaged manifest, no "
+                                          "shards; rerun physlm gen"):
+        PackedBatches(copy, config)
+    manifest = json.loads((copy / "manifest.json").read_text())
     (copy / "manifest.json").write_text(json.dumps({**manifest, "shards": []}))
     with pytest.raises(CorpusError, match="holds no documents"):
         PackedBatches(copy, config)
@@ -281,16 +288,22 @@ def test_missing_or_damaged_inputs_are_errors_naming_the_file(bios, tmp_path):
 def _first_ids_offset(shard: Path) -> int:
     """Byte offset of the first token id of the shard's first `ids.npy` member."""
     data = shard.read_bytes()
-    at = 0
-    while not data[at : at + 100].rstrip(b"\0").endswith(b".ids.npy"):
-        at += 512 + -(-int(data[at + 124 : at + 136].rstrip(b"\0 "), 8) // 512) * 512
-    npy_at = at + 512
-    return npy_at + 10 + int.from_bytes(data[npy_at + 8 : npy_at + 10], "little")
+    at, _, size = next(m for m in tar_members(data) if m[1].endswith(b".ids.npy"))
+    return at + read_npy_header(data[at:], "<u2", size)[0]
+
+
+def _sign(copy: Path, index: int) -> None:
+    """Make the manifest agree with shard `index` as it now is: only the reader's own checks can
+    catch its damage."""
+    manifest = json.loads((copy / "manifest.json").read_text())
+    entry = manifest["shards"][index]
+    entry["sha256"] = hashlib.sha256((copy / entry["name"]).read_bytes()).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
 
 
 def _copy_with_first_token(corpus: Path, tmp_path: Path, shard_name: str, token: int
-                           ) -> tuple[Path, Path, bytes]:
-    """A copy of `corpus` whose shard's first token id is `token`: (copy, shard, its bytes)."""
+                           ) -> tuple[Path, Path]:
+    """A copy of `corpus` whose shard's first token id is `token`: (copy, shard)."""
     copy = tmp_path / "copy"
     shutil.copytree(corpus, copy)
     shard = copy / shard_name
@@ -298,14 +311,14 @@ def _copy_with_first_token(corpus: Path, tmp_path: Path, shard_name: str, token:
     at = _first_ids_offset(shard)
     data[at : at + 2] = token.to_bytes(2, "little")  # uint16 ids
     shard.write_bytes(bytes(data))
-    return copy, shard, bytes(data)
+    return copy, shard
 
 
 def test_a_flipped_byte_in_a_token_array_stops_training_at_its_shard(bios, tmp_path):
     name = "train/shard-000002.tar"
     first = next(read_shard(bios / name))["ids"][0]
-    copy, shard, _ = _copy_with_first_token(bios, tmp_path, name, int(first) ^ 1)
-    config = DataConfig(ctx=64, micro_batch=2, shuffle_shards=False)
+    copy, shard = _copy_with_first_token(bios, tmp_path, name, int(first) ^ 1)
+    config = TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False)
     batches, yielded = iter(PackedBatches(copy, config)), 0
     with pytest.raises(CorpusError, match=f"^{shard}: sha256 differs from .*manifest.json's"):
         for _ in range(10**4):
@@ -320,12 +333,21 @@ def test_a_flipped_byte_in_a_token_array_stops_training_at_its_shard(bios, tmp_p
 
 def test_a_token_id_outside_the_vocabulary_is_named_with_its_shard_and_sample(bios, tmp_path):
     name = "train/shard-000000.tar"
-    copy, shard, data = _copy_with_first_token(bios, tmp_path, name, 65535)  # vocabulary ~1000
-    # a manifest that agrees with the damaged shard: only the vocabulary check can catch it
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["shards"][0]["sha256"] = hashlib.sha256(data).hexdigest()
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    copy, shard = _copy_with_first_token(bios, tmp_path, name, 65535)  # vocabulary ~1000
+    _sign(copy, 0)
     key = next(read_shard(bios / name))["__key__"]
     with pytest.raises(CorpusError, match=f"^{shard}: sample {key} holds a token id >= the "
                                           "vocabulary size"):
-        next(iter(PackedBatches(copy, DataConfig(ctx=64, micro_batch=2, shuffle_shards=False))))
+        next(iter(PackedBatches(copy, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))))
+
+
+def test_an_npy_member_of_another_layout_is_named_with_its_shard(bios, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(bios, copy)
+    shard = copy / "train/shard-000000.tar"
+    data = shard.read_bytes()
+    shard.write_bytes(data.replace(b"'descr': '|u1'", b"'descr': '<i1'", 1))  # a mask of int8
+    _sign(copy, 0)
+    key = next(read_shard(bios / "train/shard-000000.tar"))["__key__"]
+    with pytest.raises(CorpusError, match=rf"^{shard}: {key}\.mask\.npy is not a 1-D \|u1 npy"):
+        next(iter(PackedBatches(copy, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))))

@@ -12,6 +12,7 @@ from conftest import tiny_experiment_file
 
 from corpus_gen.core.generate import generate_corpus
 from trainer.config import load_experiment
+from trainer.distributed import free_port
 from trainer.engine import train
 from trainer.errors import TrainError
 from trainer.eval.runner import evaluate
@@ -151,21 +152,38 @@ def test_qa_evaluation_scores_a_trained_model(corpus, tmp_path):
     assert (tmp_path / "run" / "eval" / "qa.png").stat().st_size > 1000
 
 
-def test_two_process_zero2_run_trains_and_checkpoints(corpus, tmp_path):
+def _train_two_processes(exp: Path, corpus: Path, run_dir: Path, *overrides: str) -> str:
+    """`physlm train` under torchrun with two CPU processes; returns what it printed."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         f"--master_port={free_port()}", "-m", "launch.cli", "train", str(exp),
+         "--corpus", str(corpus), "--run-dir", str(run_dir), *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_two_process_zero2_run_trains_checkpoints_and_resumes(corpus, tmp_path):
     exp = tmp_path / "exp.yaml"
     exp.write_text("name: ddp\nmodel:\n  n_layer: 2\n  n_head: 2\n  d_model: 32\n"
                    "train:\n  ctx: 64\n  micro_batch: 2\n  max_steps: 4\n  ckpt_every: 2\n"
                    "  zero_stage: 2\n  log_every: 1\n  wandb:\n    mode: disabled\n")
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--master_port=29533", "-m", "launch.cli", "train", str(exp), "--corpus", str(corpus),
-         "--run-dir", str(tmp_path / "run")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    checkpoint = tmp_path / "run" / "checkpoints" / "step-000004"
-    assert (checkpoint / "data-rank0.json").exists() and (checkpoint / "data-rank1.json").exists()
-    assert len(_losses(tmp_path / "run")) == 4
+    run = tmp_path / "run"
+    first = _train_two_processes(exp, corpus, run)
+    assert "resumed from" not in first
+    checkpoints = run / "checkpoints"
+    for rank in (0, 1):
+        assert (checkpoints / "step-000004" / f"data-rank{rank}.json").exists()
+    assert [step for step, _ in _losses(run)] == [1, 2, 3, 4]
+
+    again = _train_two_processes(exp, corpus, run, "train.max_steps=6", "train.resume=auto")
+    assert f"train  | resumed from {checkpoints / 'step-000004'} (step 4 of 6)" in again
+    assert [step for step, _ in _losses(run)] == [1, 2, 3, 4, 5, 6]
+    assert (checkpoints / "latest").read_text() == "step-000006"
+    for rank in (0, 1):  # one batch a step: the data position went on from step 4's
+        state = json.loads((checkpoints / "step-000006" / f"data-rank{rank}.json").read_text())
+        assert (state["epoch"], state["batch"], state["world_size"]) == (0, 6, 2)
 
 
 @pytest.mark.parametrize("setting", ["train.zero_stage=1", "train.zero_stage=3",

@@ -1,11 +1,12 @@
-"""Checkpoints: DeepSpeed's engine state plus what makes a resumed run exact.
+"""Checkpoints: a TrainState's named parts, saved so that a resumed run is exact.
 
-`<run>/checkpoints/step-000100/` holds DeepSpeed's files (model, optimizer, scheduler, ZeRO
-partitions), `meta.json` (step, run id, model config, tokenizer and corpus identity), per rank the
-data loader state and RNG states, and `weights.pt`, a consolidated fp32 state dict that evaluation
-loads without DeepSpeed. Every rank writes into a `.partial-*` directory; once all are done,
-rank 0 renames it and points `latest` at it, so a crash or a full disk mid-save leaves the last
-good one intact. A checkpoint never holds non-finite weights, and every file is loaded with
+`<run>/checkpoints/step-000100/` holds, part by part: the engine's DeepSpeed files (model,
+optimizer, scheduler, ZeRO partitions) and `weights.pt`, a consolidated fp32 state dict that
+evaluation loads without DeepSpeed; one file per rank for each per-rank part (`data-rank0.json`,
+`rng-rank0.pt`); and `meta.json`, the TrainState's own state (step, run id, model config,
+tokenizer and corpus identity). Every rank writes into a `.partial-*` directory; once all are
+done, rank 0 renames it and points `latest` at it, so a crash or a full disk mid-save leaves the
+last good one intact. A checkpoint never holds non-finite weights, and every file is loaded with
 `torch.load(weights_only=True)`, DeepSpeed's too, so a planted pickle cannot run code.
 """
 
@@ -16,13 +17,18 @@ import pickle
 import random
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from trainer.errors import TrainError
+
+if TYPE_CHECKING:  # deepspeed is slow to import; evaluation imports this module without it
+    from deepspeed import DeepSpeedEngine
 
 LATEST = "latest"
 
@@ -46,6 +52,66 @@ DEEPSPEED_GLOBALS = (
     # ZeRO 1-2 optimizer files: `param_slice_mappings`, a (numel, start) dataclass per parameter
     "deepspeed.utils.tensor_fragment.fragment_address",
 )
+
+
+class Stateful(Protocol):
+    """A part of the train state: what it saves, and how it takes that back."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class RNGState:
+    """The global generators of Python, numpy and torch (and CUDA's), which dropout and anything
+    else random draws from: a resumed run continues their streams."""
+
+    def state_dict(self) -> dict:
+        """As tensors and plain data, which torch.load(weights_only=True) reads."""
+        kind, key, pos, has_gauss, gauss = np.random.get_state()
+        state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                 "numpy": [kind, key.tolist(), pos, has_gauss, gauss]}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        torch.set_rng_state(state["torch"])
+        random.setstate(state["python"])
+        np.random.set_state(tuple(state["numpy"]))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint saves and a resume restores, as named parts (after lingua's TrainState
+    and torchtitan's checkpointer, which take named Stateful objects):
+
+    - `engine`: model, optimizer and lr schedule, saved by DeepSpeed in its own files;
+    - the per-rank parts (`parts()`: the data loader's position and the RNG states), one file
+      per rank each, `<name>-rank<r>.json` for plain data, `.pt` for a state holding tensors;
+    - `step` and `meta`, the run's identity (model config, tokenizer and corpus, world size, run
+      id): this object's own state, `meta.json`.
+    """
+
+    engine: "DeepSpeedEngine"
+    data: Stateful
+    meta: dict
+    rng: RNGState = field(default_factory=RNGState)
+    step: int = 0  # optimizer steps taken
+
+    def parts(self) -> dict[str, Stateful]:
+        """The per-rank parts, by the name their files carry."""
+        return {"data": self.data, "rng": self.rng}
+
+    def state_dict(self) -> dict:
+        return {**self.meta, "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+        if "run_id" in state:  # the resumed run's id: keep_last goes on pruning its checkpoints
+            self.meta["run_id"] = state["run_id"]
 
 
 def tag(step: int) -> str:
@@ -143,24 +209,6 @@ def _checkpoint_engine(engine):
     return engine.checkpoint_engine
 
 
-def _rng_state() -> dict:
-    """RNG states as tensors and plain data, which torch.load(weights_only=True) reads."""
-    kind, key, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": [kind, key.tolist(), pos, has_gauss, gauss]}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(tuple(state["numpy"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def _tensors(obj) -> Iterator[torch.Tensor]:
     """Every tensor in a nest of dicts, lists and tuples (a state dict)."""
     if isinstance(obj, torch.Tensor):
@@ -219,12 +267,13 @@ def consolidated_state_dict(engine) -> dict | None:
     return {k: v.detach().float().cpu() for k, v in state.items()}
 
 
-def save(engine, checkpoints: Path, step: int, meta: dict, data_state: dict,
-         keep_last: int) -> Path:
-    """Save step `step` atomically; keep the newest `keep_last` checkpoints of this run.
+def save(state: TrainState, checkpoints: Path, keep_last: int) -> Path:
+    """Save `state` as step `state.step` atomically; keep the newest `keep_last` checkpoints of
+    this run.
 
     Raises TrainError on every rank, with nothing new on disk and `latest` unchanged, if the
     weights or optimizer state are not finite or if any rank fails to write (disk full)."""
+    engine, step = state.engine, state.step
     if not _agree(all(map(_is_finite, _engine_tensors(engine))), engine.device):
         raise TrainError(f"weights or optimizer state became non-finite by step {step}; not "
                          f"saved (last good checkpoint: {_last_good(checkpoints)})")
@@ -234,12 +283,12 @@ def save(engine, checkpoints: Path, step: int, meta: dict, data_state: dict,
     if rank == 0:
         shutil.rmtree(partial, ignore_errors=True)
     dist.barrier()
-    reason = _first_failure(_write_partial(engine, partial, step, meta, data_state))
+    reason = _first_failure(_write_partial(state, partial))
     if reason is None:
         reason = _first_failure(_commit(partial, final) if rank == 0 else None)
         if reason is None:
             if rank == 0:
-                _prune(checkpoints, meta.get("run_id"), keep_last, final)
+                _prune(checkpoints, state.meta.get("run_id"), keep_last, final)
             dist.barrier()
             return final
     if rank == 0:
@@ -248,11 +297,14 @@ def save(engine, checkpoints: Path, step: int, meta: dict, data_state: dict,
                      f"good checkpoint is intact: {_last_good(checkpoints)}")
 
 
-def _write_partial(engine, partial: Path, step: int, meta: dict,
-                   data_state: dict) -> Exception | None:
+def _part_file(path: Path, name: str, rank: int, suffix: str) -> Path:
+    return path / f"{name}-rank{rank}{suffix}"
+
+
+def _write_partial(state: TrainState, partial: Path) -> Exception | None:
     """Write this rank's files into `partial`. A failed write is returned, not raised, so that
     every rank still takes part in the collectives here and in `save`."""
-    rank = dist.get_rank()
+    rank, engine = dist.get_rank(), state.engine
     checkpoint_engine = _checkpoint_engine(engine)
     checkpoint_engine.failure = None
     failure = None
@@ -269,13 +321,17 @@ def _write_partial(engine, partial: Path, step: int, meta: dict,
     if failure is not None:
         return failure
     try:
-        (partial / f"data-rank{rank}.json").write_text(json.dumps(data_state))
-        torch.save(_rng_state(), partial / f"rng-rank{rank}.pt")
+        for name, part in state.parts().items():
+            value = part.state_dict()
+            if next(_tensors(value), None) is None:  # plain data: readable JSON
+                _part_file(partial, name, rank, ".json").write_text(json.dumps(value))
+            else:
+                torch.save(value, _part_file(partial, name, rank, ".pt"))
         if rank == 0:
-            torch.save({"model_config": meta["model_config"], "state_dict": weights},
+            torch.save({"model_config": state.meta["model_config"], "state_dict": weights},
                        partial / "weights.pt")
             # written last: a directory with meta.json is a complete checkpoint
-            (partial / "meta.json").write_text(json.dumps({**meta, "step": step}))
+            (partial / "meta.json").write_text(json.dumps(state.state_dict()))
     except WRITE_ERRORS as exc:
         return exc
     return None
@@ -333,12 +389,12 @@ def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None
                              "directory or resume=overwrite")
 
 
-def load(engine, path: Path) -> tuple[int, dict]:
-    """Restore engine, RNG and return (step, this rank's data loader state).
+def load(state: TrainState, path: Path) -> None:
+    """Restore every part of `state` from the checkpoint `path`.
 
-    Refuses (TrainError) a checkpoint with a file that loading could run code from, or whose
-    weights or optimizer state are not finite."""
-    rank = dist.get_rank()
+    Refuses (TrainError) a checkpoint with a file that loading could run code from, whose
+    weights or optimizer state are not finite, or whose part states this run cannot take."""
+    rank, engine = dist.get_rank(), state.engine
     for file in sorted(path.glob("*.pt")):
         _refuse_unsafe(file, DEEPSPEED_GLOBALS)
     _checkpoint_engine(engine)
@@ -346,12 +402,22 @@ def load(engine, path: Path) -> tuple[int, dict]:
     if not _agree(all(map(_is_finite, _engine_tensors(engine))), engine.device):
         raise TrainError(f"{path}: holds non-finite weights or optimizer state; refusing to "
                          "resume from it")
-    data_file = path / f"data-rank{rank}.json"
-    if not data_file.exists():
-        raise TrainError(f"{path}: no data state for rank {rank}; was it saved with another "
-                         "number of processes?")
-    _set_rng_state(_torch_load(path / f"rng-rank{rank}.pt"))
-    return read_meta(path)["step"], json.loads(data_file.read_text())
+    for name, part in state.parts().items():
+        try:
+            part.load_state_dict(_read_part(path, name, rank))
+        except ValueError as exc:  # saved by a run with other settings, or unreadable
+            raise TrainError(f"{path}: {exc}") from None
+    state.load_state_dict(read_meta(path))
+
+
+def _read_part(path: Path, name: str, rank: int) -> dict:
+    json_file, pt_file = (_part_file(path, name, rank, suffix) for suffix in (".json", ".pt"))
+    if json_file.exists():
+        return json.loads(json_file.read_text())
+    if pt_file.exists():
+        return _torch_load(pt_file)
+    raise TrainError(f"{path}: no {name} state for rank {rank}; was it saved with another "
+                     "number of processes?")
 
 
 def load_weights(path: Path) -> dict:

@@ -16,12 +16,12 @@ tail windows are dropped), so no rank waits in a collective for one that ran out
 
 State. `state_dict()` is (epoch, batches yielded in it) plus the settings that shape the stream.
 It holds no tokens: the position of the next window (shard, sample, token) is recomputed from
-the manifest's per-shard token counts, so the state is the same on every rank (DeepSpeed keeps
-rank 0's client state) and `load_state_dict` then iteration yields exactly the batches an
-uninterrupted run would have yielded next.
+the manifest's per-shard token counts, and `load_state_dict` then iteration yields exactly the
+batches an uninterrupted run would have yielded next. A checkpoint holds one copy per rank,
+`data-rank<r>.json` (trainer/checkpoint.py writes each rank's and reads it back on that rank);
+the copies are equal, since every rank yields the same number of batches per epoch.
 """
 
-import json
 import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,27 +32,16 @@ import numpy as np
 import torch
 
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.core.manifest import FORMAT, MANIFEST
+from corpus_gen.core.manifest import MANIFEST, read_manifest
+from corpus_gen.core.shards import read_npy_header, tar_members
 from corpus_gen.core.verify import file_verifies
+from trainer.config import TrainConfig
 
 IGNORE_INDEX = -100  # label of a position that does not count (torch's cross_entropy default)
 _CHUNK = 1024  # documents turned into stream arrays at a time: bounds memory on big shards
-_BLOCK = 512  # tar header and padding unit
-_NPY_MAGIC = b"\x93NUMPY\x01\x00"  # npy format 1.0, what the shard writer produces
-_PEEK = _BLOCK + 256  # a member's header plus its npy header (128 bytes from our writer)
+_NPY_PEEK = 256  # bytes of a member holding its npy header (128 from our writer)
 
-Window = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens, loss mask, document-start flags
-
-
-@dataclass
-class DataConfig:
-    ctx: int = 512  # tokens per training window
-    micro_batch: int = 8  # windows per micro-batch on each rank
-    doc_mask: bool = True  # attention confined to each document
-    restart_positions: bool = True  # position ids restart at 0 at each document
-    split_documents: bool = True  # a document may continue into the next window
-    shuffle_shards: bool = True  # shard order drawn from (seed, epoch)
-    seed: int = 0
+Window = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens, mask (1: in the loss), doc starts
 
 
 @dataclass
@@ -76,33 +65,24 @@ class _Shard:
                 buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except ValueError:  # an empty file cannot be mapped
                 raise CorpusError(f"{path}: empty; run physlm verify") from None
-        # per npy member kind: item type and the header entry that proves it
-        kinds = {ext: (t, f"'descr': '{t.str}'".encode())
-                 for ext, t in ((b"ids.npy", dtype), (b"mask.npy", np.dtype(np.uint8)))}
+        kinds = {b"ids.npy": dtype.str, b"mask.npy": np.dtype(np.uint8).str}  # npy item types
         found: dict[bytes, list[tuple[int, int]]] = {ext: [] for ext in kinds}
         keys = []
-        at = 0
-        while at + _BLOCK <= len(buffer) and buffer[at]:  # two zero blocks end the archive
-            header = buffer[at : at + _PEEK]  # tar header, then the start of the member's data
-            try:
-                size = int(header[124:136].rstrip(b"\0 "), 8)
-            except ValueError:
-                raise CorpusError(f"{path}: corrupt tar header at byte {at}") from None
-            name = header[:100].rstrip(b"\0")
-            key, _, ext = name.partition(b".")
-            if ext in kinds:
-                item, descr = kinds[ext]
-                npy_len = 10 + int.from_bytes(header[_BLOCK + 8 : _BLOCK + 10], "little")
-                if not header.startswith(_NPY_MAGIC, _BLOCK) or header.find(
-                        descr, _BLOCK, _BLOCK + npy_len) < 0:
+        try:
+            for at, name, size in tar_members(buffer):
+                key, _, ext = name.partition(b".")
+                if ext not in kinds:
+                    continue
+                npy = read_npy_header(buffer[at : at + _NPY_PEEK], kinds[ext], size)
+                if npy is None:
                     raise CorpusError(
-                        f"{path}: {name.decode()} is not a 1-D {item.str} npy array")
-                found[ext].append((at + _BLOCK + npy_len, (size - npy_len) // item.itemsize))
+                        f"{path}: {name.decode()} is not a 1-D {kinds[ext]} npy array")
+                header_length, items = npy
+                found[ext].append((at + header_length, items))
                 if ext == b"ids.npy":
                     keys.append(key.decode())
-            at += _BLOCK + -(-size // _BLOCK) * _BLOCK
-        if at > len(buffer):
-            raise CorpusError(f"{path}: truncated; run physlm verify")
+        except ValueError as exc:  # a corrupt header or a truncated archive
+            raise CorpusError(f"{path}: {exc}") from None
         ids, masks = found[b"ids.npy"], found[b"mask.npy"]
         if [n for _, n in ids] != [n for _, n in masks]:
             raise CorpusError(f"{path}: ids.npy and mask.npy members do not pair up")
@@ -114,20 +94,20 @@ class _Shard:
         """Documents [start, stop), each followed by EOS (which counts in the loss)."""
         ends = np.cumsum(self.lengths[start:stop] + 1)
         tokens = np.full(int(ends[-1]), eos, dtype=self.dtype)
-        loss = np.ones(len(tokens), dtype=np.uint8)
+        mask = np.ones(len(tokens), dtype=np.uint8)
         first = np.zeros(len(tokens), dtype=bool)
         for i, end in zip(range(start, stop), ends.tolist()):
             n = int(self.lengths[i])
             begin = end - 1 - n
             tokens[begin : end - 1] = np.frombuffer(self.buffer, self.dtype, n, self.ids_at[i])
-            loss[begin : end - 1] = np.frombuffer(self.buffer, np.uint8, n, self.mask_at[i])
+            mask[begin : end - 1] = np.frombuffer(self.buffer, np.uint8, n, self.mask_at[i])
             first[begin] = True
         if int(tokens.max()) >= self.vocab_size:  # an embedding lookup would fail naming nothing
             bad = int(np.searchsorted(ends, int(np.argmax(tokens >= self.vocab_size)), "right"))
             raise CorpusError(
                 f"{self.path}: sample {self.keys[start + bad]} holds a token id >= the vocabulary "
                 f"size {self.vocab_size} of its manifest; the corpus does not match its tokenizer")
-        return tokens, loss, first
+        return tokens, mask, first
 
     def parts(self, offset: int, eos: int) -> Iterator[Window]:
         """The shard's stream from token `offset` on, a chunk of documents at a time."""
@@ -135,8 +115,8 @@ class _Shard:
         doc = int(np.searchsorted(ends, offset, side="right"))
         skip = offset - (int(ends[doc - 1]) if doc else 0)
         for start in range(doc, len(self.lengths), _CHUNK):
-            tokens, loss, first = self.stream(start, min(start + _CHUNK, len(self.lengths)), eos)
-            yield tokens[skip:], loss[skip:], first[skip:]
+            tokens, mask, first = self.stream(start, min(start + _CHUNK, len(self.lengths)), eos)
+            yield tokens[skip:], mask[skip:], first[skip:]
             skip = 0
 
 
@@ -152,28 +132,15 @@ def _pack(lengths: np.ndarray, ctx: int) -> list[int]:
     return bounds + [len(lengths)]
 
 
-def _read_manifest(root: Path) -> dict:
-    path = root / MANIFEST
-    if not root.is_dir():
-        raise CorpusError(f"{root}: no such corpus directory")
-    if not path.is_file():
-        raise CorpusError(f"{path}: not found; {root} is not a finished physlm corpus")
-    try:
-        manifest = json.loads(path.read_text())
-    except ValueError as exc:
-        raise CorpusError(f"{path}: unreadable: {exc}") from None
-    if (not isinstance(manifest, dict) or manifest.get("format") != FORMAT
-            or "shards" not in manifest or "tokenizer" not in manifest):
-        raise CorpusError(f"{path}: not a physlm corpus manifest (format {FORMAT})")
-    return manifest
-
-
 class PackedBatches:
-    """Endless micro-batches for one rank: `input_ids`, `labels` (next token, -100 where it does
-    not count), `position_ids` and `doc_ids` (segment index within the window), each [B, T]
-    int64. Iterating advances this object's position; run one iterator at a time."""
+    """Endless micro-batches for one rank: `input_ids`, `labels` (next token, IGNORE_INDEX where
+    it does not count), `position_ids` and `doc_ids` (segment index within the window), each
+    [B, T] int64. Iterating advances this object's position; run one iterator at a time.
 
-    def __init__(self, corpus: str | Path, config: DataConfig, rank: int = 0,
+    `config` is the run's TrainConfig, of which the loader reads ctx, micro_batch, doc_mask,
+    restart_positions, split_documents, shuffle_shards and seed."""
+
+    def __init__(self, corpus: str | Path, config: TrainConfig, rank: int = 0,
                  world_size: int = 1):
         if config.ctx < 1 or config.micro_batch < 1:
             raise ValueError(f"ctx={config.ctx} and micro_batch={config.micro_batch} must be >= 1")
@@ -181,7 +148,7 @@ class PackedBatches:
             raise ValueError(f"rank={rank} is outside world_size={world_size}")
         self.root, self.config = Path(corpus), config
         self.rank, self.world_size = rank, world_size
-        manifest = _read_manifest(self.root)
+        manifest = read_manifest(self.root)
         tokenizer = manifest["tokenizer"]
         self.vocab_size, self.eos_id = int(tokenizer["vocab_size"]), int(tokenizer["eos_id"])
         self._dtype = np.dtype(tokenizer["dtype"])
@@ -300,20 +267,20 @@ class PackedBatches:
             shard = self._open(index)
             bounds = self._whole_bounds(shard)
             for lo, hi in zip(bounds[skip:-1], bounds[skip + 1 :]):
-                tokens, loss, starts = shard.stream(lo, hi, self.eos_id)
+                tokens, mask, starts = shard.stream(lo, hi, self.eos_id)
                 n = len(tokens)
                 window = (np.full(size, self.eos_id, self._dtype), np.zeros(size, np.uint8),
                           np.zeros(size, bool))
-                for out, values in zip(window, (tokens, loss, starts)):
+                for out, values in zip(window, (tokens, mask, starts)):
                     out[:n] = values
                 window[2][n : n + 1] = True  # the padding is a segment of its own
                 yield window
             skip = 0
 
     def _collate(self, windows: list[Window]) -> dict[str, torch.Tensor]:
-        tokens, loss, first = (np.stack(column) for column in zip(*windows))
+        tokens, mask, first = (np.stack(column) for column in zip(*windows))
         tokens = tokens.astype(np.int64)
-        labels = np.where(loss[:, 1:].astype(bool), tokens[:, 1:], IGNORE_INDEX)
+        labels = np.where(mask[:, 1:].astype(bool), tokens[:, 1:], IGNORE_INDEX)
         starts = first[:, :-1].copy()
         starts[:, 0] = True  # a window opens a segment, even in the middle of a document
         steps = np.arange(self.config.ctx)

@@ -15,7 +15,8 @@ class Dist:
     device: torch.device
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this host now (the OS picks it), for a rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -35,7 +36,7 @@ def setup() -> Dist:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
-        os.environ["MASTER_PORT"] = str(_free_port())
+        os.environ["MASTER_PORT"] = str(free_port())
     cuda = torch.cuda.is_available()
     if not cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported

@@ -1,8 +1,8 @@
 """The training loop: DeepSpeed engine over packed corpus windows, with exact resume.
 
 The loop's pieces live in their own modules (data, checkpoint, schedule, tracking); this file
-wires them: build the model and DeepSpeed engine, resume if asked, step, log, checkpoint, and
-stop with the last good checkpoint intact if the loss stops being finite.
+wires them: build the model and DeepSpeed engine into a TrainState, resume it if asked, step,
+log, checkpoint, and stop with the last good checkpoint intact if the loss stops being finite.
 """
 
 import json
@@ -13,7 +13,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +26,9 @@ from tqdm import tqdm
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.manifest import read_manifest
 from trainer import checkpoint
+from trainer.checkpoint import TrainState
 from trainer.config import Experiment, TrainConfig
-from trainer.data import DataConfig, PackedBatches
+from trainer.data import IGNORE_INDEX, PackedBatches
 from trainer.distributed import Dist, setup
 from trainer.errors import TrainError
 from trainer.model import GPT, ModelConfig
@@ -44,13 +45,6 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
-
-
-def data_config(train: TrainConfig) -> DataConfig:
-    return DataConfig(ctx=train.ctx, micro_batch=train.micro_batch, doc_mask=train.doc_mask,
-                      restart_positions=train.restart_positions,
-                      split_documents=train.split_documents,
-                      shuffle_shards=train.shuffle_shards, seed=train.seed)
 
 
 def model_for_corpus(model: ModelConfig, train: TrainConfig, manifest: dict) -> ModelConfig:
@@ -71,11 +65,11 @@ def ds_config(train: TrainConfig) -> dict:
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over the counted tokens (labels != -100)."""
-    if not (labels != -100).any():
+    """Mean next-token cross-entropy over the counted tokens (labels != IGNORE_INDEX)."""
+    if not (labels != IGNORE_INDEX).any():
         return logits.sum() * 0.0  # nothing counts in this micro-batch: no gradient, no NaN
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1),
-                           ignore_index=-100)
+                           ignore_index=IGNORE_INDEX)
 
 
 def _forward(engine, batch: dict, train: TrainConfig, device: torch.device) -> torch.Tensor:
@@ -103,6 +97,20 @@ def _memory_gb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
 
 
+@dataclass
+class Trainer:
+    """What the loop works with: the TrainState that checkpoints save and restore, and the run
+    around it, which they do not (the tracker's state is the run directory's metrics.jsonl)."""
+
+    cfg: TrainConfig
+    world: Dist
+    state: TrainState
+    tracker: Tracker
+    checkpoints: Path
+    fixed: PackedBatches | None  # the monitoring windows, when train.eval_every > 0
+    on_step: Callable[[int, dict], None] | None
+
+
 def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
           on_step: Callable[[int, dict], None] | None = None) -> dict:
     """Train `experiment` on the corpus in `corpus_dir`; artefacts go to `run_dir`.
@@ -116,7 +124,7 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     model_config = model_for_corpus(experiment.model, cfg, manifest)
     try:
         model_config.validate()
-        data = PackedBatches(corpus_dir, data_config(cfg), world.rank, world.world_size)
+        data = PackedBatches(corpus_dir, cfg, world.rank, world.world_size)
     except (ValueError, CorpusError) as exc:
         raise TrainError(str(exc)) from None
     _claim_run_dir(run_dir, cfg.resume, world)
@@ -136,19 +144,23 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
             "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size,
             "run_id": uuid.uuid4().hex}  # what keep_last prunes: this run's checkpoints only
-    start = _resume(engine, data, checkpoints, cfg, meta)
-    if start and world.rank == 0:
-        print(f"train  | resumed from {checkpoints / checkpoint.tag(start)} (step {start} of "
-              f"{cfg.max_steps})", flush=True)
+    state = TrainState(engine=engine, data=data, meta=meta)
+    _resume(state, checkpoints, cfg)
+    if state.step and world.rank == 0:
+        print(f"train  | resumed from {checkpoints / checkpoint.tag(state.step)} (step "
+              f"{state.step} of {cfg.max_steps})", flush=True)
     if world.rank == 0:
         checkpoints.mkdir(parents=True, exist_ok=True)
         _write_config(run_dir, experiment, corpus_dir, model_config)
+    # made after the resume: a refused checkpoint starts no W&B run
     tracker = Tracker(run_dir, experiment.name, _flat_config(experiment, corpus_dir),
                       cfg.wandb.mode, cfg.wandb.project, cfg.wandb.entity,
                       enabled=world.rank == 0)
-    tracker.forget_after(start)
-    metrics = _loop(engine, data, cfg, world, model, start, checkpoints, meta, tracker, on_step,
-                    corpus_dir)
+    tracker.forget_after(state.step)  # the steps after the checkpoint are logged again
+    # the monitoring windows: the first `eval_batches` of the corpus in manifest order
+    fixed = (PackedBatches(corpus_dir, replace(cfg, shuffle_shards=False), world.rank,
+                           world.world_size) if cfg.eval_every else None)
+    metrics = _loop(Trainer(cfg, world, state, tracker, checkpoints, fixed, on_step))
     tracker.finish()
     return metrics
 
@@ -184,34 +196,27 @@ def _claim_run_dir(run_dir: Path, resume: str, world: Dist) -> None:
         dist.barrier()
 
 
-def _resume(engine, data: PackedBatches, checkpoints: Path, cfg: TrainConfig,
-            meta: dict) -> int:
+def _resume(state: TrainState, checkpoints: Path, cfg: TrainConfig) -> None:
     if cfg.resume != "auto":
-        return 0
+        return
     path = checkpoint.latest_checkpoint(checkpoints)
     if path is None:
-        return 0
-    checkpoint.check_compatible(path, meta["model_config"], meta["tokenizer_sha256"])
-    meta["run_id"] = checkpoint.read_meta(path).get("run_id", meta["run_id"])
-    step, data_state = checkpoint.load(engine, path)
-    try:
-        data.load_state_dict(data_state)
-    except ValueError as exc:
-        raise TrainError(f"{path}: {exc}") from None
-    return step
+        return
+    checkpoint.check_compatible(path, state.meta["model_config"],
+                                state.meta["tokenizer_sha256"])
+    checkpoint.load(state, path)
 
 
-def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT, start: int,
-          checkpoints: Path, meta: dict, tracker: Tracker, on_step, corpus_dir: Path) -> dict:
-    batches = iter(data)
+def _loop(trainer: Trainer) -> dict:
+    cfg, world, state = trainer.cfg, trainer.world, trainer.state
+    checkpoints = trainer.checkpoints
+    engine, model, start = state.engine, state.engine.module, state.step  # module: the GPT
+    batches = iter(state.data)
     tokens_per_step = cfg.micro_batch * cfg.ctx * cfg.grad_accum * world.world_size
     flops_per_token = model.flops_per_token()
     peak = peak_flops(world.device)
     metrics: dict = {}
     last_saved = start if start else None
-    # the monitoring windows: the first `eval_batches` of the corpus in manifest order
-    fixed = (PackedBatches(corpus_dir, replace(data_config(cfg), shuffle_shards=False),
-                           world.rank, world.world_size) if cfg.eval_every else None)
     # DeepSpeed reports no gradient norm for a plain fp32 ZeRO-0 step: measure it ourselves
     own_norm = engine.zero_optimization_stage() == 0 and cfg.precision == "fp32"
     bar = tqdm(total=cfg.max_steps, initial=start, unit="step", dynamic_ncols=True,
@@ -228,7 +233,7 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
             engine.step()
             loss_sum += loss.item()
         loss_value = _mean_over_ranks(loss_sum / cfg.grad_accum, world.device)
-        done = step + 1
+        done = state.step = step + 1
         bar.update()
         if not math.isfinite(loss_value):
             where = (f"last good checkpoint: {checkpoints / checkpoint.tag(last_saved)}"
@@ -250,8 +255,8 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
                 "tokens": done * tokens_per_step,
             }
             if cfg.eval_every and done % cfg.eval_every == 0:
-                metrics["eval_loss"] = _eval_loss(engine, fixed, cfg, world)
-            tracker.log(metrics, done)
+                metrics["eval_loss"] = _eval_loss(engine, trainer.fixed, cfg, world)
+            trainer.tracker.log(metrics, done)
             bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:,.0f}")
             if world.rank == 0:
                 eta = (time.perf_counter() - began) / (done - start) * (cfg.max_steps - done)
@@ -260,11 +265,11 @@ def _loop(engine, data: PackedBatches, cfg: TrainConfig, world: Dist, model: GPT
                            f"eta {_duration(eta)}")
             timer, timed_from = time.perf_counter(), done
         if done % cfg.ckpt_every == 0 or done == cfg.max_steps:
-            checkpoint.save(engine, checkpoints, done, meta, data.state_dict(), cfg.keep_last)
+            checkpoint.save(state, checkpoints, cfg.keep_last)
             last_saved = done
             timer, timed_from = time.perf_counter(), done  # saving is not training time
-        if on_step is not None:
-            on_step(done, {"loss": loss_value})
+        if trainer.on_step is not None:
+            trainer.on_step(done, {"loss": loss_value})
     bar.close()
     return metrics
 

@@ -80,4 +80,8 @@ def read_manifest(out: Path) -> dict:
         raise CorpusError(f"{out}: no {MANIFEST}; not a finished physlm corpus") from None
     if manifest.get("format") != FORMAT:
         raise CorpusError(f"{path}: unsupported manifest format {manifest.get('format')!r}")
+    missing = [key for key in ("shards", "tokenizer", "eval") if key not in manifest]
+    if missing:
+        raise CorpusError(f"{path}: damaged manifest, no {', '.join(missing)}; rerun physlm gen "
+                          "to rebuild it")
     return manifest

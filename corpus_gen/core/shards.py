@@ -6,10 +6,12 @@ checks this byte for byte — but builds the 512-byte headers of a whole batch o
 with numpy. The webdataset writer spends ~65 us per member in `tarfile`'s generic header code,
 which alone would cap a core at ~5K samples/s; see BENCHMARKS.md for the two side by side.
 Shards are read back with webdataset, imported only there: it imports torch, which `physlm gen`
-need not load.
+need not load. The trainer reads them in place instead, through `tar_members` and
+`read_npy_header`, which read the layout written here.
 """
 
 import itertools
+import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -130,6 +132,30 @@ class ShardWriter:
             tail += RECORD - remainder
         self.stream.write(b"\x00" * tail)
         self.offset += tail
+
+
+def tar_members(buffer: bytes | mmap.mmap) -> Iterator[tuple[int, bytes, int]]:
+    """(offset of its data, name, data size) of each member of the tar archive in `buffer`, read
+    from the header fields ShardWriter fills, up to the end-of-archive blocks. ValueError on a
+    size that is not octal digits or a member running past the end (a truncated archive)."""
+    at = 0
+    while at + BLOCK <= len(buffer) and buffer[at]:  # a zero block ends the archive
+        try:
+            size = int(buffer[at + _SIZE.start : at + _SIZE.stop].rstrip(b"\0 "), 8)
+        except ValueError:
+            raise ValueError(f"corrupt tar header at byte {at}") from None
+        yield at + BLOCK, buffer[at : at + _NAME_LEN].rstrip(b"\0"), size
+        at += BLOCK + -(-size // BLOCK) * BLOCK  # data padded to whole blocks
+    if at > len(buffer):
+        raise ValueError("truncated; run physlm verify")
+
+
+def read_npy_header(data: bytes, dtype: str, size: int) -> tuple[int, int] | None:
+    """(header length, items) of the 1-D `dtype` array in a `size`-byte `.npy` member that starts
+    with `data`, if its header is the one npy_bytes writes for such an array; None otherwise."""
+    length = 10 + int.from_bytes(data[8:10], "little")  # magic, version, then the text's length
+    items = (size - length) // np.dtype(dtype).itemsize
+    return (length, items) if data[:length] == npy_bytes(b"", dtype, items) else None
 
 
 def read_shard(path: Path) -> Iterator[dict]:
