@@ -160,7 +160,8 @@ def test_missing_sets_and_other_corpora_are_named(corpus, tmp_path):
         with pytest.raises(TrainError, match=message):
             igsm.load_rows(tmp_path, "igsm_bad", 0)
     with pytest.raises(TrainError, match="no igsm eval sets"):
-        (tmp_path / "manifest.json").write_text(json.dumps({"format": FORMAT, "eval": []}))
+        manifest = {"format": FORMAT, "eval": [], "shards": [], "tokenizer": {}}
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
         igsm.default_sets(tmp_path)
 
 
