@@ -84,3 +84,18 @@ def test_eval_passes_the_tasks_given_or_none(argv, tasks, tmp_path, monkeypatch,
     assert main(["eval", str(tmp_path), *argv]) == 0
     assert calls == [(tmp_path, tasks, None)]
     assert "| test | exact | 0.500 |" in capsys.readouterr().out
+
+
+def test_an_unknown_eval_task_names_the_option_and_the_known_tasks(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(f"name: r\ncorpus_dir: {tmp_path}\neval: {{}}\n")
+    assert main(["eval", str(tmp_path), "--task", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("physlm eval: error: --task bogus: unknown evaluation task; known: igsm, qa"
+                   "\n")
+
+
+def test_a_group_replaced_on_the_command_line_is_one_line_when_unknown(capsys):
+    assert main(["train", str(QUICKSTART), "model=gpt_huge"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("physlm train: error: command line: model='gpt_huge': no such file")
+    assert err.count("\n") == 1

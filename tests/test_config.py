@@ -1,4 +1,5 @@
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,20 @@ def test_groups_name_a_users_own_file_relative_to_the_experiment_or_a_shipped_co
     experiment = load_experiment(path, [])
     assert experiment.model.n_layer == 3 and experiment.train.max_steps == 7
     assert experiment.train.lr == 0.01 and experiment.eval.tasks == ["qa"]
+
+
+def test_a_whole_group_replaced_on_the_command_line(tmp_path):
+    experiment = load_experiment(QUICKSTART, ["model.n_layer=3", "model=gpt2_small"])
+    assert (experiment.model.n_layer, experiment.model.d_model) == (3, 768)
+    (tmp_path / "mine.yaml").write_text("max_steps: 9\n")
+    cwd = os.getcwd()
+    try:  # a path on the command line is the working directory's
+        os.chdir(tmp_path)
+        assert load_experiment(QUICKSTART, ["train=mine.yaml"]).train.max_steps == 9
+    finally:
+        os.chdir(cwd)
+    for override, reason in (("train=5", "must be a config name or a mapping"),
+                             ("eval=bios_s_single", "no such file, and no shipped eval config")):
+        with pytest.raises(ConfigError) as err:
+            load_experiment(QUICKSTART, [override])
+        assert err.value.source == "command line" and reason in err.value.reason

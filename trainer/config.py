@@ -125,7 +125,9 @@ def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
 def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConfig, str]:
     """The layer a group's `name` stands for: a YAML file of the user's (relative to the
     experiment file) or a shipped config; else a ConfigError naming the experiment's key."""
-    path = configs.find(group, name, relative_to=Path(source).parent)
+    # a path on the command line is relative to the working directory, in a file to that file
+    relative_to = None if source == COMMAND_LINE else Path(source).parent
+    path = configs.find(group, name, relative_to=relative_to)
     if path is None:
         raise ConfigError(key, name, f"no such file, and no shipped {group} config of that "
                           f"name (known: {', '.join(configs.names(group))})", source)
@@ -135,7 +137,16 @@ def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConf
 def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
     source = str(path)
     given = read_yaml(path)
-    cli = parse_overrides(overrides)
+    # `model=gpt2_small` replaces the experiment's whole group, and dotted keys apply to it in
+    # any order (in one dotlist, `model.n_layer=3` and `model=...` would overwrite each other)
+    replaced, dotted = {}, []
+    for item in overrides:
+        (key, value), = parse_overrides([item]).items()
+        if key in GROUPS and not isinstance(value, DictConfig):
+            replaced[key] = value
+        else:
+            dotted.append(item)
+    cli = parse_overrides(dotted)
     unknown = [k for k in list(given) + list(cli) if k not in (*GROUPS, "name")]
     if unknown:
         key = unknown[0]
@@ -145,7 +156,10 @@ def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
                           source if key in given else COMMAND_LINE)
     layers, names = {}, {}
     for group in GROUPS:
-        layers[group], names[group] = _group_layers(group, given.get(group), source)
+        if group in replaced:
+            layers[group], names[group] = _group_layers(group, replaced[group], COMMAND_LINE)
+        else:
+            layers[group], names[group] = _group_layers(group, given.get(group), source)
         if group in cli:
             layers[group].append((cli[group], COMMAND_LINE))
     corpus = (corpus_config(layers["corpus"], schemas(), prefix="corpus.")

@@ -73,7 +73,8 @@ def _eval_schema(options: tuple[tuple[str, type], ...]) -> type:
 def _validate_eval(config: Any) -> None:
     known = tasks()
     for name in config.tasks:
-        require(name in known, "tasks", name, f"unknown evaluation task; known: {sorted(known)}")
+        require(name in known, "tasks", name,
+                f"unknown evaluation task; known: {', '.join(sorted(known))}")
     for name in known:
         try:
             getattr(config, name).validate()

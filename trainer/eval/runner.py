@@ -47,7 +47,8 @@ def evaluate(run_dir: Path, task_names: list[str] | None = None,
     known = tasks()
     for name in task_names:
         if name not in known:
-            raise TrainError(f"unknown evaluation task {name!r}; known: {sorted(known)}")
+            raise TrainError(f"--task {name}: unknown evaluation task; known: "
+                             f"{', '.join(sorted(known))}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, meta = load_model(run_dir, device)
     manifest = read_manifest(corpus_dir)
