@@ -6,6 +6,7 @@ errors answer at once; each verb imports its machinery (omegaconf, numpy, torch)
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -131,16 +132,27 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.eval.runner import evaluate
 
     experiment = load_experiment(_config_file("experiment", args.experiment), args.overrides)
+    began = time.perf_counter()
     corpus = ensure_corpus(experiment, args.workers)
+    print(f"gen    | done in {_took(began)}")
     run_dir = run_dir_for(experiment, args.run_dir)
     print(f"train  | {run_dir}")
+    began = time.perf_counter()
     metrics = train(experiment, run_dir, corpus)
-    print(_trained(metrics))
+    print(f"{_trained(metrics)} ({_took(began)})")
     print(f"eval   | {', '.join(experiment.eval.tasks)}")
+    began = time.perf_counter()
     results = evaluate(run_dir, experiment.eval.tasks, experiment.eval, corpus)
     for name, result in results.items():
         print(_summary_table(name, result))
+    print(f"\neval   | done in {_took(began)}")
     return 0
+
+
+def _took(began: float) -> str:
+    """Wall time since `began`, as the stage lines print it: 4.1 s, 6m32s."""
+    seconds = time.perf_counter() - began
+    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 def _summary_table(name: str, result: dict) -> str:

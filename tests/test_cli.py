@@ -99,3 +99,20 @@ def test_a_group_replaced_on_the_command_line_is_one_line_when_unknown(capsys):
     err = capsys.readouterr().err
     assert err.startswith("physlm train: error: command line: model='gpt_huge': no such file")
     assert err.count("\n") == 1
+
+
+def test_run_prints_each_stage_with_its_duration(tmp_path, monkeypatch, capsys):
+    import launch.experiment
+    import trainer.engine
+
+    clock = iter([0.0, 4.1, 10.0, 402.5, 500.0, 520.25])
+    monkeypatch.setattr("launch.cli.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr(launch.experiment, "ensure_corpus", lambda experiment, workers: tmp_path)
+    monkeypatch.setattr(trainer.engine, "train", lambda *args: {"loss": 1.25})
+    monkeypatch.setattr(trainer.eval.runner, "evaluate", lambda *args: {
+        "qa": {"step": 600, "run": "quickstart", "test": {"exact": 0.5, "n": 2}}})
+    assert main(["run", "quickstart", "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "gen    | done in 4.1 s"
+    assert out[2] == "train  | done: loss 1.2500 (6m32s)"
+    assert out[-1] == "eval   | done in 20.2 s"
