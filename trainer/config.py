@@ -65,6 +65,9 @@ class TrainConfig:
     # auto: continue the latest checkpoint if any | none: start fresh, refused if the run
     # directory already holds a run | overwrite: delete the directory's previous run, start over
     resume: str = "auto"
+    # a run directory (its latest checkpoint) or a checkpoint whose weights this run starts
+    # from: finetuning (same model shape and tokenizer; optimizer and schedule start anew)
+    init_from: str | None = None
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:

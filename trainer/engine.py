@@ -31,6 +31,7 @@ from trainer.config import Experiment, TrainConfig
 from trainer.data import IGNORE_INDEX, PackedBatches
 from trainer.distributed import Dist, setup
 from trainer.errors import TrainError
+from trainer.finetune import load_parent
 from trainer.model import GPT, ModelConfig
 from trainer.schedule import lr_factor
 from trainer.tracking import Tracker
@@ -130,6 +131,8 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     _claim_run_dir(run_dir, cfg.resume, world)
     _seed_everything(cfg.seed)  # identical initial weights on every rank
     model = GPT(model_config)
+    parent = (load_parent(model, cfg.init_from, asdict(model_config),
+                          manifest["tokenizer"]["sha256"]) if cfg.init_from else None)
     import deepspeed
 
     optimizer = torch.optim.AdamW(model.configure_optimizer_groups(cfg.weight_decay), lr=cfg.lr,
@@ -144,11 +147,16 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
             "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size,
             "run_id": uuid.uuid4().hex}  # what keep_last prunes: this run's checkpoints only
+    if parent:
+        meta["parent"] = parent
     state = TrainState(engine=engine, data=data, meta=meta)
     _resume(state, checkpoints, cfg)
     if state.step and world.rank == 0:
         print(f"train  | resumed from {checkpoints / checkpoint.tag(state.step)} (step "
               f"{state.step} of {cfg.max_steps})", flush=True)
+    elif parent and world.rank == 0:
+        print(f"train  | finetuning from {parent['run']}/checkpoints/{parent['checkpoint']}",
+              flush=True)
     if world.rank == 0:
         checkpoints.mkdir(parents=True, exist_ok=True)
         _write_config(run_dir, experiment, corpus_dir, model_config)

@@ -1,0 +1,73 @@
+"""Finetuning (`train.init_from`): a run starts from another run's weights and records it."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from trainer.checkpoint import load_weights
+from trainer.engine import train
+from trainer.errors import TrainError
+
+TINY = ("train.max_steps=30", "train.ckpt_every=30", "train.lr=0.01", "train.warmup_steps=1")
+
+
+def _weights(run):
+    return load_weights(run / "checkpoints" / "step-000001" / "weights.pt")["state_dict"]
+
+
+def _losses(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines if "loss" in json.loads(line)]
+
+
+@pytest.fixture(scope="module")
+def parent(train_corpus, tmp_path_factory):
+    from tests.conftest import tiny_experiment_file
+    from trainer.config import load_experiment
+
+    directory = tmp_path_factory.mktemp("parent")
+    run = directory / "run"
+    train(load_experiment(tiny_experiment_file(directory), list(TINY)), run, train_corpus)
+    return run
+
+
+def test_a_finetuned_run_starts_from_the_parents_weights_and_records_it(
+        parent, train_corpus, tiny_experiment, tmp_path):
+    child = tmp_path / "child"
+    # a vanishing learning rate: one step leaves the weights where they started
+    train(tiny_experiment("train.max_steps=1", "train.ckpt_every=1", "train.lr=1e-12",
+                          "train.warmup_steps=0", f"train.init_from={parent}"),
+          child, train_corpus)
+    started = _weights(child)
+    trained = load_weights(parent / "checkpoints/step-000030/weights.pt")["state_dict"]
+    assert started.keys() == trained.keys()
+    assert all(torch.allclose(started[k], trained[k], atol=1e-6) for k in trained)
+    meta = json.loads((child / "checkpoints/step-000001/meta.json").read_text())
+    assert meta["parent"] == {"run": str(parent.resolve()), "checkpoint": "step-000030",
+                              "step": 30}
+    fresh = tmp_path / "fresh"
+    train(tiny_experiment("train.max_steps=1", "train.ckpt_every=1", "train.lr=1e-12",
+                          "train.warmup_steps=0"), fresh, train_corpus)
+    # the same first batch: the parent's weights have learned it, the initial ones have not
+    assert _losses(child)[0] < _losses(fresh)[0] - 1.0
+    assert "parent" not in json.loads((fresh / "checkpoints/step-000001/meta.json").read_text())
+
+
+def test_a_parent_of_another_shape_tokenizer_or_no_run_is_refused(
+        parent, train_corpus, tiny_experiment, tmp_path):
+    with pytest.raises(TrainError, match=r"the parent has model.n_layer=2, this experiment 3"):
+        train(tiny_experiment("model.n_layer=3", f"train.init_from={parent}"),
+              tmp_path / "a", train_corpus)
+    other = tmp_path / "other"
+    shutil.copytree(parent / "checkpoints" / "step-000030", other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["tokenizer_sha256"] = "0" * 64
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(TrainError, match=r"was trained with another tokenizer \(000000000000\)"):
+        train(tiny_experiment(f"train.init_from={other}"), tmp_path / "b", train_corpus)
+    with pytest.raises(TrainError, match="neither a run directory with a checkpoint"):
+        train(tiny_experiment(f"train.init_from={tmp_path / 'nothing'}"), tmp_path / "c",
+              train_corpus)
+    assert not (tmp_path / "a" / "checkpoints").exists()  # nothing written half

@@ -1,0 +1,48 @@
+"""Finetuning: a run whose weights start from another run's (`train.init_from`).
+
+The parent is a run directory (its latest checkpoint) or one checkpoint directory. Its weights
+load into the freshly built model before the optimizer exists, so optimizer state, lr schedule
+and data order start anew; the parent is recorded in every checkpoint's meta.json. A resumed
+finetuning run continues from its own checkpoints, as any run does.
+"""
+
+from pathlib import Path
+
+from torch import nn
+
+from trainer import checkpoint
+from trainer.errors import TrainError
+
+
+def parent_checkpoint(init_from: str) -> Path:
+    """The checkpoint `train.init_from` names: a run directory's latest, or a checkpoint."""
+    given = Path(init_from)
+    if (given / "meta.json").is_file():
+        return given
+    path = checkpoint.latest_checkpoint(given / "checkpoints")
+    if path is None:
+        raise TrainError(f"train.init_from={init_from}: neither a run directory with a "
+                         "checkpoint (checkpoints/latest) nor a checkpoint directory")
+    return path
+
+
+def load_parent(model: nn.Module, init_from: str, model_config: dict,
+                tokenizer_sha: str) -> dict:
+    """Load the parent checkpoint's weights into `model`; return what meta.json records of it.
+    The parent must have this run's model shape and this corpus's tokenizer."""
+    path = parent_checkpoint(init_from)
+    meta = checkpoint.read_meta(path)
+    if meta["tokenizer_sha256"] != tokenizer_sha:
+        raise TrainError(f"train.init_from={init_from}: {path} was trained with another "
+                         f"tokenizer ({meta['tokenizer_sha256'][:12]}) than this corpus's "
+                         f"({tokenizer_sha[:12]}); finetune on a corpus that shares its "
+                         "tokenizer.model")
+    saved = meta["model_config"]
+    for key in sorted(set(saved) | set(model_config)):
+        if saved.get(key) != model_config.get(key):
+            raise TrainError(f"train.init_from={init_from}: the parent has model.{key}="
+                             f"{saved.get(key)!r}, this experiment {model_config.get(key)!r}; "
+                             "give the experiment the parent's model config")
+    model.load_state_dict(checkpoint.load_weights(path / "weights.pt")["state_dict"])
+    return {"run": str(path.parent.parent.resolve()), "checkpoint": path.name,
+            "step": meta["step"]}
