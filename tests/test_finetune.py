@@ -6,6 +6,11 @@ import shutil
 import pytest
 import torch
 
+from corpus_gen.core.config import load_config
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.generate import generate_corpus
+from corpus_gen.core.registry import schemas
+from tests.conftest import ROOT
 from trainer.checkpoint import load_weights
 from trainer.engine import train
 from trainer.errors import TrainError
@@ -71,3 +76,33 @@ def test_a_parent_of_another_shape_tokenizer_or_no_run_is_refused(
         train(tiny_experiment(f"train.init_from={tmp_path / 'nothing'}"), tmp_path / "c",
               train_corpus)
     assert not (tmp_path / "a" / "checkpoints").exists()  # nothing written half
+
+
+def test_a_corpus_reusing_the_parents_tokenizer_can_be_finetuned_on(
+        parent, train_corpus, tiny_experiment, tmp_path):
+    """Pretrain on one corpus, finetune on another (here bioS single in mix mode) that takes
+    the first corpus's tokenizer instead of training its own."""
+    config = load_config(ROOT / "configs/corpus/bios_s_single.yaml",
+                         ["people=40", "mode=mix", "records_per_shard=50",
+                          f"tokenizer.reuse={train_corpus}"], schemas())
+    corpus = tmp_path / "qa_corpus"
+    manifest = generate_corpus(config, corpus, progress=False, log=lambda *_: None)
+    assert (corpus / "tokenizer.model").read_bytes() == \
+        (train_corpus / "tokenizer.model").read_bytes()
+    assert manifest["records"] == 40 + 20  # biographies + QA documents of the qa_train half
+    train(tiny_experiment("train.max_steps=2", "train.ckpt_every=2",
+                          f"train.init_from={parent}"), tmp_path / "child", corpus)
+    meta = json.loads((tmp_path / "child/checkpoints/step-000002/meta.json").read_text())
+    assert meta["parent"]["run"] == str(parent.resolve())
+
+
+def test_a_reused_tokenizer_must_exist_and_hold_the_familys_symbols(train_corpus, tmp_path):
+    bios = ROOT / "configs/corpus/bios_s_single.yaml"
+    config = load_config(bios, ["people=20", f"tokenizer.reuse={tmp_path / 'none'}"], schemas())
+    with pytest.raises(CorpusError, match=r"tokenizer.reuse=.*none: no tokenizer at"):
+        generate_corpus(config, tmp_path / "a", progress=False, log=lambda *_: None)
+    igsm = load_config(ROOT / "configs/corpus/igsm_med_pq.yaml",
+                       ["problems=20", f"tokenizer.reuse={train_corpus}"], schemas())
+    with pytest.raises(CorpusError, match=r"lacks the reserved symbols \['\[BACK\]'\]"):
+        generate_corpus(igsm, tmp_path / "b", progress=False, log=lambda *_: None)
+    assert not (tmp_path / "b" / "manifest.json").exists()

@@ -45,7 +45,7 @@ from corpus_gen.core.manifest import (
 from corpus_gen.core.records import Record, UnitBatch, batch_texts
 from corpus_gen.core.registry import Family, Layout, get_family
 from corpus_gen.core.shards import ShardWriter, npy_bytes
-from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
+from corpus_gen.core.tokenizer import Tokenizer, reused_model, train_tokenizer
 
 TOKENIZER = "tokenizer.model"
 # The version of what the core writes (tar layout, tokenizer training, eval-set encoding): it
@@ -225,12 +225,15 @@ def _kept(out: Path, name: str, fp: str, recorded: dict[str, dict], log) -> dict
 def _ensure_tokenizer(config: CorpusConfig, family: Family, layout: Layout, out: Path, fp: str,
                       recorded: dict[str, dict], log,
                       kept: dict[int, _Document] | None = None) -> dict:
-    entry = _kept(out, TOKENIZER, fp, recorded, log)
-    if entry:
-        return entry
-    model = train_tokenizer(_tokenizer_sample(config, family, layout, kept),
-                            config.tokenizer.vocab_size, config.tokenizer.model_type,
-                            layout.user_symbols)
+    if config.tokenizer.reuse:  # copied again on every run: the source may have changed
+        model = reused_model(config.tokenizer.reuse, layout.user_symbols)
+    else:
+        entry = _kept(out, TOKENIZER, fp, recorded, log)
+        if entry:
+            return entry
+        model = train_tokenizer(_tokenizer_sample(config, family, layout, kept),
+                                config.tokenizer.vocab_size, config.tokenizer.model_type,
+                                layout.user_symbols)
     atomic_write(out / TOKENIZER, model)
     tokenizer = Tokenizer(model)
     entry = {"name": TOKENIZER, "fingerprint": fp, "sha256": hashlib.sha256(model).hexdigest(),

@@ -120,6 +120,21 @@ def _as_text_input(model: bytes) -> bytes:
     return proto.SerializeToString()
 
 
+def reused_model(source: str, user_symbols: Sequence[str]) -> bytes:
+    """The tokenizer of another corpus (`tokenizer.reuse`: its directory or its tokenizer.model),
+    if it has the reserved symbols this corpus's family writes."""
+    path = Path(source)
+    file = path / "tokenizer.model" if path.is_dir() else path
+    if not file.is_file():
+        raise CorpusError(f"tokenizer.reuse={source}: no tokenizer at {file}")
+    tokenizer = Tokenizer.load(file)
+    missing = [s for s in (NEWLINE, *user_symbols) if tokenizer.processor.piece_to_id(s) == UNK_ID]
+    if missing:
+        raise CorpusError(f"tokenizer.reuse={source}: {file} lacks the reserved symbols "
+                          f"{missing} this corpus writes")
+    return tokenizer.model_bytes
+
+
 class _Cache(dict):
     """word -> its token ids as array bytes, so encoding a text is one `bytes.join`.
     Emptied when full: units that recur come back at once, and memory stays bounded."""
