@@ -70,7 +70,8 @@ def test_missing_and_malformed_files_are_named(tmp_path):
 def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, "family: bios\ntokenizer:\n  vocab: 5\n")
-    assert caught.value.reason == "unknown key; known: model_type, reuse, sample_records, vocab_size"
+    assert caught.value.reason == ("unknown key; known: model_type, reuse, sample_records, "
+                                   "vocab_size")
 
 
 @pytest.mark.parametrize("override, key, value, reason", [

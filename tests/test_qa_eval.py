@@ -228,3 +228,21 @@ def test_mixed_answers_are_counted_per_attribute_and_pooled_over_rows(tokenizer,
     assert result["n"] == 16
     assert result["exact"] == pytest.approx(9 / 16)
     assert result["first_token"] == pytest.approx(13 / 16)
+
+
+@pytest.mark.parametrize("batch_size", [1, 5, 64])
+def test_questions_whose_answer_cannot_fit_the_positions_count_as_wrong(tokenizer, rows,
+                                                                        tmp_path, batch_size):
+    """Learned positions end at ctx: a row whose prompt and answer need more is scored wrong
+    and counted in `too_long`, and the others are still answered (not one error for all)."""
+    needs = [len(tokenizer.encode(r["prompt"])) + len(continuation(tokenizer, r["prompt"],
+                                                                   r["answer"])) for r in rows]
+    ctx = sorted(needs)[len(needs) // 2]
+    model = plant(tokenizer, rows, [right(r) for r in rows])
+    model.config.ctx = ctx
+    model.positional = POSITIONAL["learned"](model.config)
+    result = score_split(context_for(model, tokenizer, tmp_path), rows, batch_size)
+    fit = sum(n <= ctx for n in needs)
+    assert 0 < fit < len(rows)
+    assert result["too_long"] == len(rows) - fit
+    assert result["exact"] == result["first_token"] == fit / len(rows)

@@ -54,13 +54,24 @@ def _rows(corpus_dir: Path, split: str, max_people: int) -> list[dict]:
 
 def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
     tokenizer = context.tokenizer
+    limit = context.model.positional.max_positions or float("inf")
     exact, first = defaultdict(list), defaultdict(list)
+    too_long = 0
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         prompts = [tokenizer.encode(r["prompt"]) for r in batch]
         expected = [tokenizer.encode(answered(r["prompt"], r["answer"]))[len(p):]
                     for r, p in zip(batch, prompts)]
-        outputs = generate(context.model, prompts, max_new_tokens=max(map(len, expected)))
+        # a question whose answer cannot fit among the model's positions (learned absolute
+        # positions only) is answered wrong, not generated: it would stop the whole evaluation
+        fits = [i for i, (p, w) in enumerate(zip(prompts, expected)) if len(p) + len(w) <= limit]
+        outputs: list[list[int]] = [[] for _ in batch]
+        for group in _generation_groups(fits, prompts, expected, limit):
+            generated = generate(context.model, [prompts[i] for i in group],
+                                 max_new_tokens=max(len(expected[i]) for i in group))
+            for i, ids in zip(group, generated):
+                outputs[i] = ids
+        too_long += len(batch) - len(fits)
         for row, want, got in zip(batch, expected, outputs):
             exact[row["attribute"]].append(got[: len(want)] == want)
             first[row["attribute"]].append(got[:1] == want[:1])
@@ -71,7 +82,18 @@ def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict
     every_first = [x for values in first.values() for x in values]
     return {"exact": sum(every_exact) / max(1, len(every_exact)),
             "first_token": sum(every_first) / max(1, len(every_first)),
-            "n": len(every_exact), "per_attribute": per_attribute}
+            "n": len(every_exact), "too_long": too_long, "per_attribute": per_attribute}
+
+
+def _generation_groups(rows: list[int], prompts: list[list[int]], expected: list[list[int]],
+                       limit: float) -> list[list[int]]:
+    """The rows generated together (one budget: the longest answer), and alone those that would
+    then run past the positions' limit although their own answer fits."""
+    if not rows:
+        return []
+    budget = max(len(expected[i]) for i in rows)
+    together = [i for i in rows if len(prompts[i]) + budget <= limit]
+    return ([together] if together else []) + [[i] for i in rows if i not in together]
 
 
 def run(context: EvalContext, options: QAOptions) -> dict:
