@@ -14,6 +14,8 @@ from tests.conftest import ROOT
 from trainer.checkpoint import load_weights
 from trainer.engine import train
 from trainer.errors import TrainError
+from trainer.lora import LoraOptions, add_adapters
+from trainer.model import GPT, ModelConfig
 
 TINY = ("train.max_steps=30", "train.ckpt_every=30", "train.lr=0.01", "train.warmup_steps=1")
 
@@ -106,3 +108,64 @@ def test_a_reused_tokenizer_must_exist_and_hold_the_familys_symbols(train_corpus
     with pytest.raises(CorpusError, match=r"lacks the reserved symbols \['\[BACK\]'\]"):
         generate_corpus(igsm, tmp_path / "b", progress=False, log=lambda *_: None)
     assert not (tmp_path / "b" / "manifest.json").exists()
+
+
+def _module_state(step_dir):
+    """The model state DeepSpeed saved (LoRA: the frozen base with its adapters)."""
+    return torch.load(step_dir / "mp_rank_00_model_states.pt", map_location="cpu",
+                      weights_only=False)["module"]
+
+
+def test_lora_trains_only_the_adapters_and_its_merged_weights_give_the_same_logits(
+        parent, train_corpus, tiny_experiment, tmp_path):
+    child = tmp_path / "lora"
+    train(tiny_experiment("train.max_steps=3", "train.ckpt_every=3", "train.lr=0.01",
+                          "train.warmup_steps=0", "train.lora.rank=4",
+                          f"train.init_from={parent}"), child, train_corpus)
+    step = child / "checkpoints" / "step-000003"
+    adapted = _module_state(step)
+    base = load_weights(parent / "checkpoints/step-000030/weights.pt")["state_dict"]
+    frozen = {k.replace(".base_layer.", "."): v for k, v in adapted.items() if "lora_" not in k}
+    assert frozen.keys() == base.keys()
+    assert all(torch.equal(frozen[k].float(), base[k]) for k in base)  # the base never moved
+    lora_b = [v for k, v in adapted.items() if "lora_B" in k]
+    # 2 layers x (qkv, attn.proj, fc, mlp.proj): "proj" names both projections
+    assert len(lora_b) == 2 * 4 and all(v.abs().sum() > 0 for v in lora_b)
+    assert json.loads((step / "meta.json").read_text())["lora"]["rank"] == 4
+    # weights.pt is the merged plain model: its logits are the adapted model's
+    saved = load_weights(step / "weights.pt")
+    config = ModelConfig(**saved["model_config"])
+    plain = GPT(config).eval()
+    plain.load_state_dict(saved["state_dict"])
+    lora_model = add_adapters(GPT(config), LoraOptions(rank=4)).eval()
+    lora_model.load_state_dict(adapted)
+    ids = torch.randint(0, config.vocab_size, (2, 16))
+    pos = torch.arange(16).expand(2, 16)
+    doc = torch.zeros(2, 16, dtype=torch.long)
+    with torch.no_grad():
+        want, got = lora_model(ids, pos, doc), plain(ids, pos, doc)
+    assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(
+        want, GPT(config).eval()(ids, pos, doc), atol=1e-3)
+
+
+def test_a_lora_target_that_names_no_layer_is_refused(parent, train_corpus, tiny_experiment,
+                                                      tmp_path):
+    with pytest.raises(TrainError, match=r"train.lora.targets: \['qproj'\] name no linear "
+                                         r"layer of the model \(its linear layers: fc, lm_head"):
+        train(tiny_experiment("train.lora.rank=4", "train.lora.targets=[qkv,qproj]"),
+              tmp_path / "run", train_corpus)
+
+
+def test_a_lora_run_resumes_with_its_adapters_and_refuses_to_resume_without(
+        parent, train_corpus, tiny_experiment, tmp_path):
+    run = tmp_path / "lora"
+    options = ("train.ckpt_every=2", "train.lora.rank=2", f"train.init_from={parent}")
+    train(tiny_experiment("train.max_steps=2", *options), run, train_corpus)
+    train(tiny_experiment("train.max_steps=4", *options), run, train_corpus)
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+            if "loss" in json.loads(line)] == [1, 2, 3, 4]
+    assert torch.equal(_module_state(run / "checkpoints/step-000004")["tok_emb.weight"],
+                       _module_state(run / "checkpoints/step-000002")["tok_emb.weight"])
+    with pytest.raises(TrainError, match=r"checkpoint has train.lora=\{'rank': 2"):
+        train(tiny_experiment("train.max_steps=6", "train.ckpt_every=2",
+                              f"train.init_from={parent}"), run, train_corpus)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from trainer import lora
 from trainer.errors import TrainError
 
 if TYPE_CHECKING:  # deepspeed is slow to import; evaluation imports this module without it
@@ -264,7 +265,9 @@ def consolidated_state_dict(engine) -> dict | None:
         state = engine.module.state_dict()
     if dist.get_rank() != 0:
         return None
-    return {k: v.detach().float().cpu() for k, v in state.items()}
+    state = {k: v.detach().float().cpu() for k, v in state.items()}
+    scale = lora.scalings(engine.module)
+    return lora.merged(state, scale) if scale else state  # LoRA: the plain model's weights
 
 
 def save(state: TrainState, checkpoints: Path, keep_last: int) -> Path:

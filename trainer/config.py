@@ -25,6 +25,7 @@ from corpus_gen.core.config import (
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.registry import schemas
 from trainer.eval.registry import eval_schema
+from trainer.lora import LoraOptions
 from trainer.model.config import ModelConfig
 
 GROUPS = ("corpus", "model", "train", "eval")
@@ -68,6 +69,7 @@ class TrainConfig:
     # a run directory (its latest checkpoint) or a checkpoint whose weights this run starts
     # from: finetuning (same model shape and tokenizer; optimizer and schedule start anew)
     init_from: str | None = None
+    lora: LoraOptions = field(default_factory=LoraOptions)  # rank > 0: LoRA finetuning
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
@@ -95,6 +97,7 @@ class TrainConfig:
                 "must be auto, none or overwrite")
         require(self.wandb.mode in ("online", "offline", "disabled"), "wandb.mode",
                 self.wandb.mode, "must be online, offline or disabled")
+        self.lora.validate()
 
 
 @dataclass

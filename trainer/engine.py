@@ -32,6 +32,7 @@ from trainer.data import IGNORE_INDEX, PackedBatches
 from trainer.distributed import Dist, setup
 from trainer.errors import TrainError
 from trainer.finetune import load_parent
+from trainer.lora import add_adapters
 from trainer.model import GPT, ModelConfig
 from trainer.schedule import lr_factor
 from trainer.tracking import Tracker
@@ -133,6 +134,8 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     model = GPT(model_config)
     parent = (load_parent(model, cfg.init_from, asdict(model_config),
                           manifest["tokenizer"]["sha256"]) if cfg.init_from else None)
+    if cfg.lora.rank:
+        model = add_adapters(model, cfg.lora)
     import deepspeed
 
     optimizer = torch.optim.AdamW(model.configure_optimizer_groups(cfg.weight_decay), lr=cfg.lr,
@@ -149,6 +152,8 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
             "run_id": uuid.uuid4().hex}  # what keep_last prunes: this run's checkpoints only
     if parent:
         meta["parent"] = parent
+    if cfg.lora.rank:
+        meta["lora"] = asdict(cfg.lora)
     state = TrainState(engine=engine, data=data, meta=meta)
     _resume(state, checkpoints, cfg)
     if state.step and world.rank == 0:
@@ -212,6 +217,11 @@ def _resume(state: TrainState, checkpoints: Path, cfg: TrainConfig) -> None:
         return
     checkpoint.check_compatible(path, state.meta["model_config"],
                                 state.meta["tokenizer_sha256"])
+    saved = checkpoint.read_meta(path).get("lora")
+    if saved != state.meta.get("lora"):
+        raise TrainError(f"{path}: checkpoint has train.lora={saved} but the config says "
+                         f"{state.meta.get('lora')}; use another run directory or "
+                         "resume=overwrite")
     checkpoint.load(state, path)
 
 

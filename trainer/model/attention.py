@@ -125,10 +125,12 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, dropou
 BACKENDS = {"math": math_attention, "sdpa": sdpa_attention, "flash_attn": flash_attention}
 
 
-def linear_chunks(x: Tensor, linear: nn.Linear, n: int) -> list[Tensor]:
+def linear_chunks(x: Tensor, linear: nn.Module, n: int) -> list[Tensor]:
     """`linear(x).chunk(n, dim=-1)`, computed as n matmuls on slices of the fused weight: each
     output is contiguous, so the backward pass needs no activation-sized concatenation (the
     parameters, and so the checkpoints, stay fused)."""
+    if type(linear) is not nn.Linear:  # a wrapped layer (LoRA) adds its term only when called
+        return list(linear(x).chunk(n, dim=-1))
     biases = linear.bias.chunk(n) if linear.bias is not None else (None,) * n
     return [F.linear(x, w, b) for w, b in zip(linear.weight.chunk(n), biases)]
 

@@ -145,5 +145,6 @@ class GPT(nn.Module):
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2 and id(p) not in positional]
         keep = [p for p in params if p.dim() < 2 or id(p) in positional]
-        return [{"params": decay, "weight_decay": weight_decay},
-                {"params": keep, "weight_decay": 0.0}]
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": keep, "weight_decay": 0.0}]
+        return [group for group in groups if group["params"]]  # LoRA freezes every bias/norm
