@@ -59,7 +59,7 @@ def test_gen_never_imports_torch(tmp_path):
     ("model.foo=1", "attention, bias, ctx, d_ff, d_model, dropout, init_std, mlp,"),
     ("train.wandb.foo=1", "entity, mode, project"),
     ("eval.qa.foo=1", "batch_size, max_people, splits"),
-    ("corpus.foo=1", "celebrities, celebrity_variant, data_dir, family, mode,"),
+    ("corpus.foo=1", "celebrities, celebrity_variant, data_dir, family, inverse, mode,"),
 ])
 def test_unknown_keys_list_the_known_ones_and_name_no_class(override, known, capsys):
     assert main(["train", str(QUICKSTART), override]) == 2
@@ -90,8 +90,8 @@ def test_an_unknown_eval_task_names_the_option_and_the_known_tasks(tmp_path, cap
     (tmp_path / "config.yaml").write_text(f"name: r\ncorpus_dir: {tmp_path}\neval: {{}}\n")
     assert main(["eval", str(tmp_path), "--task", "bogus"]) == 2
     err = capsys.readouterr().err
-    assert err == ("physlm eval: error: --task bogus: unknown evaluation task; known: igsm, qa"
-                   "\n")
+    assert err == ("physlm eval: error: --task bogus: unknown evaluation task; known: igsm, qa, "
+                   "reversal\n")
 
 
 def test_a_group_replaced_on_the_command_line_is_one_line_when_unknown(capsys):

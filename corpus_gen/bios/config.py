@@ -48,6 +48,7 @@ class BiosConfig(CorpusConfig):
     qa_loss: str = "all"  # mix mode: "all" tokens count in the loss, or the "answer" only
     celebrities: int = 0  # > 0: people [0, celebrities) get celebrity_variant, QA trains on them
     celebrity_variant: str = "multi5_permute"
+    inverse: bool = False  # + eval sets inverse_<split>: the name from attributes (Part 3.2)
     data_dir: str | None = None  # value pools; None: the tables shipped in the package
 
     def validate(self) -> None:

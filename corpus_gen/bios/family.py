@@ -10,6 +10,7 @@ import orjson
 from corpus_gen.bios import stream
 from corpus_gen.bios.bio_r import render_bio_r
 from corpus_gen.bios.config import BiosConfig, parse_variant
+from corpus_gen.bios.inverse import inverse_rows
 from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts, person_json
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
@@ -121,15 +122,22 @@ def _bio_s_plans(order: np.ndarray, choice: np.ndarray, female: np.ndarray,
 
 def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:
     n_train = config.qa_train_people
-    return {
-        "qa_train": lambda: _qa_rows(config, 0, n_train, "train"),
-        "qa_test": lambda: _qa_rows(config, n_train, config.people, "test"),
+    sets = {
+        "qa_train": lambda: _rows(config, 0, n_train, "train", eval_rows),
+        "qa_test": lambda: _rows(config, n_train, config.people, "test", eval_rows),
     }
+    if config.inverse:
+        sets["inverse_train"] = lambda: _rows(config, 0, n_train, "train", inverse_rows)
+        sets["inverse_test"] = lambda: _rows(config, n_train, config.people, "test",
+                                             inverse_rows)
+    return sets
 
 
-def _qa_rows(config: BiosConfig, start: int, stop: int, split: str) -> Iterator[dict]:
+def _rows(config: BiosConfig, start: int, stop: int, split: str,
+          rows: Callable[[dict, str], list[dict]]) -> Iterator[dict]:
+    """An eval set: `rows(person, split)` for the people [start, stop)."""
     pools = load_pools(config.data_dir)
     for chunk in range(start, stop, _EVAL_CHUNK):
         index = np.arange(chunk, min(chunk + _EVAL_CHUNK, stop))
         for person in person_dicts(draw_people(config.seed, index, pools), pools):
-            yield from eval_rows(person, split)
+            yield from rows(person, split)

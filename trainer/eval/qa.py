@@ -37,10 +37,12 @@ class QAOptions:
             require(split in ("train", "test"), "splits", split, "must be train or test")
 
 
-def _rows(corpus_dir: Path, split: str, max_people: int) -> list[dict]:
-    path = corpus_dir / "eval" / f"qa_{split}.jsonl"
+def read_rows(corpus_dir: Path, name: str, max_people: int, needs: str) -> list[dict]:
+    """The rows of eval set `name` for its first `max_people` people (0: all); `needs` says
+    what corpus has the set, for the error when it is missing."""
+    path = corpus_dir / "eval" / f"{name}.jsonl"
     if not path.exists():
-        raise TrainError(f"{path}: missing; the QA task needs a bios corpus")
+        raise TrainError(f"{path}: missing; {needs}")
     rows, people = [], set()
     with open(path) as f:
         for line in f:
@@ -52,18 +54,22 @@ def _rows(corpus_dir: Path, split: str, max_people: int) -> list[dict]:
     return rows
 
 
-def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
+def answers(context: EvalContext, rows: list[dict], batch_size: int
+            ) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """Per row, the expected answer tokens (` <answer>.` after the prompt, as training documents
+    write it) and the model's greedy continuation of the prompt, as long; and how many rows were
+    too long to generate. A row whose answer cannot fit among the model's positions (learned
+    absolute positions only) gets no continuation, so it scores wrong instead of stopping the
+    whole evaluation."""
     tokenizer = context.tokenizer
     limit = context.model.positional.max_positions or float("inf")
-    exact, first = defaultdict(list), defaultdict(list)
+    pairs: list[tuple[list[int], list[int]]] = []
     too_long = 0
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         prompts = [tokenizer.encode(r["prompt"]) for r in batch]
         expected = [tokenizer.encode(answered(r["prompt"], r["answer"]))[len(p):]
                     for r, p in zip(batch, prompts)]
-        # a question whose answer cannot fit among the model's positions (learned absolute
-        # positions only) is answered wrong, not generated: it would stop the whole evaluation
         fits = [i for i, (p, w) in enumerate(zip(prompts, expected)) if len(p) + len(w) <= limit]
         outputs: list[list[int]] = [[] for _ in batch]
         for group in _generation_groups(fits, prompts, expected, limit):
@@ -72,9 +78,16 @@ def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict
             for i, ids in zip(group, generated):
                 outputs[i] = ids
         too_long += len(batch) - len(fits)
-        for row, want, got in zip(batch, expected, outputs):
-            exact[row["attribute"]].append(got[: len(want)] == want)
-            first[row["attribute"]].append(got[:1] == want[:1])
+        pairs += zip(expected, outputs)
+    return pairs, too_long
+
+
+def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
+    exact, first = defaultdict(list), defaultdict(list)
+    pairs, too_long = answers(context, rows, batch_size)
+    for row, (want, got) in zip(rows, pairs):
+        exact[row["attribute"]].append(got[: len(want)] == want)
+        first[row["attribute"]].append(got[:1] == want[:1])
     per_attribute = {a: {"exact": sum(exact[a]) / len(exact[a]),
                          "first_token": sum(first[a]) / len(first[a]), "n": len(exact[a])}
                      for a in exact}
@@ -97,7 +110,9 @@ def _generation_groups(rows: list[int], prompts: list[list[int]], expected: list
 
 
 def run(context: EvalContext, options: QAOptions) -> dict:
-    return {split: score_split(context, _rows(context.corpus_dir, split, options.max_people),
+    return {split: score_split(context, read_rows(context.corpus_dir, f"qa_{split}",
+                                                  options.max_people,
+                                                  "the QA task needs a bios corpus"),
                                options.batch_size)
             for split in options.splits}
 

@@ -1,0 +1,75 @@
+"""Inverse search (Part 3.2): the bios corpus's inverse eval sets, and the `reversal` task
+scored through real greedy generation with planted models: one that names every person scores
+1.0, one right only in the first name scores first_name 1.0 and full_name 0.0, one that names
+another person scores 0.0."""
+
+import json
+
+import pytest
+
+from corpus_gen.bios.inverse import LEVELS, inverse_rows
+from corpus_gen.bios.people import ATTRIBUTES, full_name
+from corpus_gen.bios.qa import eval_rows, qa_document
+from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
+from tests.test_qa_eval import ELSEWHERE, PEOPLE, context_for, plant
+from trainer.eval import reversal
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    texts = [qa_document(p, tuple(range(len(ATTRIBUTES))), False)[0] for p in PEOPLE]
+    texts += [f"{row['prompt']} {row['answer']}." for p in PEOPLE for row in inverse_rows(p, "x")]
+    return Tokenizer(train_tokenizer(texts, vocab_size=700))
+
+
+def _inverse(split="test"):
+    return [json.loads(json.dumps(row)) for p in PEOPLE for row in inverse_rows(p, split)]
+
+
+def test_the_corpus_writes_inverse_sets_only_when_asked(bios_config):
+    from corpus_gen.bios.family import eval_sets
+
+    assert set(eval_sets(bios_config(people=20))) == {"qa_train", "qa_test"}
+    sets = eval_sets(bios_config(people=20, inverse=True))
+    rows = list(sets["inverse_test"]())
+    forward = list(sets["qa_test"]())
+    assert len(rows) == len(LEVELS) * len(forward) // len(ATTRIBUTES) > 0
+    assert [r["level"] for r in rows[:5]] == [1, 2, 3, 4, 5]
+    person = {r["attribute"]: r["answer"] for r in forward if r["person"] == rows[0]["person"]}
+    assert rows[0]["prompt"] == f"Who was born on {person['birth_date']}?\nAnswer:"
+    assert all(person[a] in rows[4]["prompt"] for a in ATTRIBUTES)
+    assert rows[0]["answer"] == forward[0]["name"] and \
+        rows[0]["first_name"] == rows[0]["answer"].split(" ")[0]
+
+
+@pytest.mark.parametrize("answer, full, first", [
+    (lambda row: row["answer"], 1.0, 1.0),
+    (lambda row: f"{row['first_name']} {ELSEWHERE}", 0.0, 1.0),
+    (lambda row: full_name(PEOPLE[(row["person"] + 1) % len(PEOPLE)]), 0.0, 0.0),
+])
+@pytest.mark.parametrize("batch_size", [1, 7, 64])
+def test_inverse_accuracy_of_planted_models(tokenizer, tmp_path, answer, full, first,
+                                            batch_size):
+    rows = _inverse()
+    model = plant(tokenizer, rows, [answer(r) for r in rows])
+    result = reversal.score_inverse(context_for(model, tokenizer, tmp_path), rows, batch_size)
+    assert (result["full_name"], result["first_name"], result["n"]) == (full, first, 15)
+    assert result["per_level"] == {str(level): {"full_name": full, "first_name": first, "n": 3}
+                                   for level in LEVELS}
+
+
+def test_the_task_puts_forward_and_inverse_side_by_side(tokenizer, tmp_path):
+    """A model that answers forward questions and not inverse ones: the reversal curse."""
+    forward = [json.loads(json.dumps(r)) for p in PEOPLE for r in eval_rows(p, "test")]
+    inverse = _inverse()
+    (tmp_path / "eval").mkdir()
+    for name, rows in (("qa_test", forward), ("inverse_test", inverse)):
+        (tmp_path / "eval" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows))
+    wrong = [full_name(PEOPLE[(r["person"] + 1) % len(PEOPLE)]) for r in inverse]
+    model = plant(tokenizer, forward + inverse, [r["answer"] for r in forward] + wrong)
+    result = reversal.run(context_for(model, tokenizer, tmp_path),
+                          reversal.ReversalOptions(splits=["test"], batch_size=8))
+    assert result["test"]["forward_exact"] == 1.0 and result["test"]["forward_n"] == 18
+    assert result["test"]["inverse_full_name"] == result["test"]["inverse_first_name"] == 0.0
+    assert result["test"]["inverse_n"] == 15

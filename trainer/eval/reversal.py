@@ -1,0 +1,76 @@
+"""Reversal curse / inverse search (Part 3.2): forward QA beside inverse search on the same
+people. Forward: "What is the birth date of X?" (the `qa` sets). Inverse: "Who was born on
+October 2, 1996 ...?" at five levels (the `inverse` sets of a bios corpus generated with
+`inverse=true`), scored by the generated name: the first name, and the whole full name.
+A model pretrained on biographies answers forward questions and, even with inverse QA of
+other people trained, inverse ones near 0% (the paper: ~0%).
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from corpus_gen.bios.qa import answered
+from corpus_gen.core.config import require
+from trainer.eval.qa import answers, read_rows, score_split
+from trainer.eval.registry import EvalContext, Task, register
+
+_NEEDS = "the reversal task needs a bios corpus generated with inverse=true"
+
+
+@dataclass
+class ReversalOptions:
+    """The experiment's `eval.reversal` group."""
+
+    max_people: int = 0  # people per split to evaluate (0: all)
+    batch_size: int = 64
+    splits: list[str] = field(default_factory=lambda: ["test", "train"])
+
+    def validate(self) -> None:
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        require(self.max_people >= 0, "max_people", self.max_people, "must be >= 0 (0: all)")
+        for split in self.splits:
+            require(split in ("train", "test"), "splits", split, "must be train or test")
+
+
+def score_inverse(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
+    """Inverse accuracy per level and overall: `full_name` (the whole name, then the period)
+    and `first_name` (the generation starts with it)."""
+    tokenizer = context.tokenizer
+    pairs, too_long = answers(context, rows, batch_size)
+    full, first = defaultdict(list), defaultdict(list)
+    for row, (want, got) in zip(rows, pairs):
+        prompt = tokenizer.encode(row["prompt"])
+        # words tokenize on their own, so the first name's tokens begin the full answer's
+        first_tokens = len(tokenizer.encode(answered(row["prompt"], row["first_name"])[:-1])) \
+            - len(prompt)
+        full[row["level"]].append(got[: len(want)] == want)
+        first[row["level"]].append(got[:first_tokens] == want[:first_tokens])
+    per_level = {str(level): {"full_name": _rate(full[level]), "first_name": _rate(first[level]),
+                              "n": len(full[level])} for level in sorted(full)}
+    every_full = [x for values in full.values() for x in values]
+    every_first = [x for values in first.values() for x in values]
+    return {"full_name": _rate(every_full), "first_name": _rate(every_first),
+            "n": len(every_full), "too_long": too_long, "per_level": per_level}
+
+
+def _rate(values: list[bool]) -> float:
+    return sum(values) / max(1, len(values))
+
+
+def run(context: EvalContext, options: ReversalOptions) -> dict:
+    results = {}
+    for split in options.splits:
+        forward = score_split(context, read_rows(context.corpus_dir, f"qa_{split}",
+                                                 options.max_people, _NEEDS),
+                              options.batch_size)
+        inverse = score_inverse(context, read_rows(context.corpus_dir, f"inverse_{split}",
+                                                   options.max_people, _NEEDS),
+                                options.batch_size)
+        results[split] = {"forward_exact": forward["exact"], "forward_n": forward["n"],
+                          "inverse_full_name": inverse["full_name"],
+                          "inverse_first_name": inverse["first_name"],
+                          "inverse_n": inverse["n"], "per_level": inverse["per_level"]}
+    return results
+
+
+register(Task("reversal", ReversalOptions, run))
