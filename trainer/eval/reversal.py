@@ -7,29 +7,18 @@ other people trained, inverse ones near 0% (the paper: ~0%).
 """
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from corpus_gen.bios.qa import answered
-from corpus_gen.core.config import require
-from trainer.eval.qa import answers, read_rows, score_split
+from trainer.eval.qa import QAOptions, answers, read_rows, score_split
 from trainer.eval.registry import EvalContext, Task, register
 
 _NEEDS = "the reversal task needs a bios corpus generated with inverse=true"
 
 
 @dataclass
-class ReversalOptions:
-    """The experiment's `eval.reversal` group."""
-
-    max_people: int = 0  # people per split to evaluate (0: all)
-    batch_size: int = 64
-    splits: list[str] = field(default_factory=lambda: ["test", "train"])
-
-    def validate(self) -> None:
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        require(self.max_people >= 0, "max_people", self.max_people, "must be >= 0 (0: all)")
-        for split in self.splits:
-            require(split in ("train", "test"), "splits", split, "must be train or test")
+class ReversalOptions(QAOptions):
+    """The experiment's `eval.reversal` group: qa's options (people, batch size, splits)."""
 
 
 def score_inverse(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
