@@ -73,3 +73,31 @@ def test_the_task_puts_forward_and_inverse_side_by_side(tokenizer, tmp_path):
     assert result["test"]["forward_exact"] == 1.0 and result["test"]["forward_n"] == 18
     assert result["test"]["inverse_full_name"] == result["test"]["inverse_first_name"] == 0.0
     assert result["test"]["inverse_n"] == 15
+
+
+def test_mix_mode_can_train_inverse_qa_of_the_train_half(bios_config):
+    from corpus_gen.bios.family import layout, records
+
+    config = bios_config(people=40, mode="mix", inverse_qa=1, qa_loss="answer")
+    docs = list(records(config, 0, layout(config).records))
+    inverse = [d for d in docs if d.meta["kind"] == "inverse"]
+    assert len(docs) == 40 + 20 + 20 and len(inverse) == 20
+    assert sorted(d.meta["person"]["id"] for d in inverse) == list(range(20))  # the train half
+    for doc in inverse:
+        person = doc.meta["person"]
+        name = f"{person['first']} {person['middle']} {person['last']}"
+        assert doc.text.count("Who ") == len(LEVELS) == doc.text.count(f"Answer: {name}.")
+        assert len(doc.masked) == len(LEVELS)  # every question masked, every answer counted
+        kept = "".join(doc.text[b:e] for (_, b), (e, _) in
+                       zip(doc.masked, [*doc.masked[1:], (len(doc.text), 0)]))
+        assert kept.split() == f"{name}. {name}. {name}. {name}. {name}.".split()
+    # the same config without inverse QA has the same biographies and QA, position for position
+    plain = list(records(bios_config(people=40, mode="mix", qa_loss="answer"), 0, 60))
+    assert [d.text for d in plain] == [d.text for d in docs[:60]]
+
+
+def test_inverse_qa_needs_mix_mode(bios_config):
+    from corpus_gen.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="inverse_qa=1: needs mode=mix"):
+        bios_config(people=40, inverse_qa=1)

@@ -49,6 +49,7 @@ class BiosConfig(CorpusConfig):
     celebrities: int = 0  # > 0: people [0, celebrities) get celebrity_variant, QA trains on them
     celebrity_variant: str = "multi5_permute"
     inverse: bool = False  # + eval sets inverse_<split>: the name from attributes (Part 3.2)
+    inverse_qa: int = 0  # mix mode: inverse QA documents per qa_train person (Part 3.2)
     data_dir: str | None = None  # value pools; None: the tables shipped in the package
 
     def validate(self) -> None:
@@ -64,6 +65,10 @@ class BiosConfig(CorpusConfig):
         require(self.mode in ("pretrain", "mix"), "mode", self.mode, "must be pretrain or mix")
         require(1 <= self.qa_copies < MAX_COPIES, "qa_copies", self.qa_copies,
                 f"must be in [1, {MAX_COPIES})")
+        require(0 <= self.inverse_qa < MAX_COPIES, "inverse_qa", self.inverse_qa,
+                f"must be in [0, {MAX_COPIES})")
+        require(not self.inverse_qa or self.mode == "mix", "inverse_qa", self.inverse_qa,
+                "needs mode=mix (inverse QA documents of the qa_train people)")
         require(self.qa_loss in ("all", "answer"), "qa_loss", self.qa_loss,
                 "must be 'all' or 'answer'")
         require(0 <= self.celebrities < self.people, "celebrities", self.celebrities,

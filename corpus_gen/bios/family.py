@@ -10,7 +10,7 @@ import orjson
 from corpus_gen.bios import stream
 from corpus_gen.bios.bio_r import render_bio_r
 from corpus_gen.bios.config import BiosConfig, parse_variant
-from corpus_gen.bios.inverse import inverse_rows
+from corpus_gen.bios.inverse import inverse_document, inverse_rows
 from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts, person_json
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
@@ -60,13 +60,14 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
     seed = config.seed
     drawn_orders = randint(derive_key(seed, "bios", "order"), doc_index, len(ORDERS))
     is_qa = np.array([b.kind == "qa" for b in blocks])[slot.block]
+    is_inverse = np.array([b.kind == "inverse" for b in blocks])[slot.block]
     celebrity = slot.person < config.celebrities
     variant = parse_variant(config.variant)
     celebrity_variant = parse_variant(config.celebrity_variant)
     # QA documents and permuted biographies take their drawn order, the others the canonical one
     permute = np.where(celebrity, celebrity_variant.permute, variant.permute)
     order_index = np.where(is_qa | permute, drawn_orders, 0)
-    spelled = ~is_qa if config.style == "s" else np.zeros_like(is_qa)
+    spelled = ~(is_qa | is_inverse) if config.style == "s" else np.zeros_like(is_qa)
     if config.style == "r":
         doc_seeds = hash_u64(derive_key(seed, "bios", "bioR"), doc_index).tolist()
     elif spelled.any():
@@ -81,7 +82,8 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
         units = spelling(pools)
     # each document's ground truth as JSON text, written once per document; records parse it
     heads = [f'{{"kind":"{b.kind}","copy":{b.copy},"split":"' for b in blocks]
-    with_order = np.array([b.kind == "qa" or config.style == "s" for b in blocks])[slot.block]
+    with_order = np.array([b.kind == "qa" or (b.kind == "bio" and config.style == "s")
+                           for b in blocks])[slot.block]
     tails = np.char.add(np.where(with_order, _ORDER_FIELDS[order_index], ""), "}").tolist()
     splits = np.where(slot.person < config.qa_train_people, "train", "test").tolist()
     celebrities = np.where(celebrity, "true", "false").tolist()
@@ -101,8 +103,9 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
             continue
         documents = []
         for i, person, meta in zip(range(a, b), person_dicts(drawn[a:b], pools), metas):
-            if is_qa[i]:
-                text, masked = qa_document(person, ORDERS[orders[i]], answer_only_loss)
+            if is_qa[i] or is_inverse[i]:
+                text, masked = (qa_document(person, ORDERS[orders[i]], answer_only_loss)
+                                if is_qa[i] else inverse_document(person, answer_only_loss))
                 documents.append(Record(text, orjson.loads(meta), masked))
             else:
                 documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])),

@@ -20,7 +20,7 @@ from corpus_gen.core.seeding import derive_key, feistel_permute
 
 @dataclass(frozen=True)
 class Block:
-    kind: str  # "bio" or "qa"
+    kind: str  # "bio", "qa" or "inverse" (inverse QA: drawn from no key of doc_index)
     copy: int  # which copy of this kind the block holds for each person
     people: int  # population: people [0, people)
 
@@ -32,6 +32,7 @@ def blocks(config: BiosConfig) -> list[Block]:
     result += [Block("bio", c, config.celebrities) for c in range(copies, celebrity_copies)]
     if config.mode == "mix":
         result += [Block("qa", c, config.qa_train_people) for c in range(config.qa_copies)]
+        result += [Block("inverse", c, config.qa_train_people) for c in range(config.inverse_qa)]
     return result
 
 
