@@ -6,7 +6,7 @@ QA document writes an answer (`qa.answered`), so a first-name match is a prefix 
 """
 
 from corpus_gen.bios.people import ATTRIBUTES, full_name
-from corpus_gen.bios.qa import ANSWER_CUE, answered
+from corpus_gen.bios.qa import ANSWER_CUE, qa_text
 
 LEVELS = {  # level -> the attributes its question gives
     1: ("birth_date",),
@@ -44,13 +44,6 @@ def inverse_document(person: dict, answer_only_loss: bool
                      ) -> tuple[str, tuple[tuple[int, int], ...]]:
     """A training document of the five inverse questions with their answer, in level order,
     and the question spans to drop from the loss if asked (as `qa.qa_document`)."""
-    parts, masked, position = [], [], 0
     name = full_name(person)
-    for level in LEVELS:
-        prompt = inverse_question(person, level)
-        if answer_only_loss:
-            masked.append((position, position + len(prompt)))
-        text = answered(prompt, name)
-        parts.append(text)
-        position += len(text) + 1
-    return " ".join(parts), tuple(masked)
+    return qa_text([(inverse_question(person, level), name) for level in LEVELS],
+                   answer_only_loss)

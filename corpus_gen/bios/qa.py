@@ -29,10 +29,15 @@ def qa_document(person: dict, order: tuple[int, ...], answer_only_loss: bool
                 ) -> tuple[str, tuple[tuple[int, int], ...]]:
     """All six QA pairs in `order`, and the prompt spans to drop from the loss if asked."""
     pairs = qa_pairs(person)
+    return qa_text([(pairs[i][1] + ANSWER_CUE, pairs[i][2]) for i in order], answer_only_loss)
+
+
+def qa_text(prompts_and_answers: list[tuple[str, str]], answer_only_loss: bool
+            ) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """QA pairs written one after the other (`answered`), and with `answer_only_loss` the
+    prompts' character spans, which the loss mask drops."""
     parts, masked, position = [], [], 0
-    for i in order:
-        _, question, answer = pairs[i]
-        prompt = question + ANSWER_CUE
+    for prompt, answer in prompts_and_answers:
         if answer_only_loss:
             masked.append((position, position + len(prompt)))
         text = answered(prompt, answer)
