@@ -377,19 +377,30 @@ def read_meta(path: Path) -> dict:
     return json.loads((path / "meta.json").read_text())
 
 
-def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None:
-    """Refuse a checkpoint of another model shape or trained with another tokenizer."""
-    meta = read_meta(path)
+def incompatibility(meta: dict, model_config: dict, tokenizer_sha: str
+                    ) -> tuple[str, object, object] | None:
+    """The first thing a checkpoint's meta differs in from this run: ("tokenizer", its sha256,
+    the corpus's) or ("model.<key>", its value, the config's); None if it fits."""
     if meta["tokenizer_sha256"] != tokenizer_sha:
-        raise TrainError(f"{path}: checkpoint was trained with another tokenizer "
-                         f"({meta['tokenizer_sha256'][:12]}) than the corpus's "
-                         f"({tokenizer_sha[:12]})")
+        return "tokenizer", meta["tokenizer_sha256"], tokenizer_sha
     saved = meta["model_config"]
     for key in sorted(set(saved) | set(model_config)):
         if saved.get(key) != model_config.get(key):
-            raise TrainError(f"{path}: checkpoint has model.{key}={saved.get(key)!r} but the "
-                             f"config says {model_config.get(key)!r}; use another run "
-                             "directory or resume=overwrite")
+            return f"model.{key}", saved.get(key), model_config.get(key)
+    return None
+
+
+def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None:
+    """Refuse to resume from a checkpoint of another model shape or tokenizer."""
+    found = incompatibility(read_meta(path), model_config, tokenizer_sha)
+    if found is None:
+        return
+    key, saved, wanted = found
+    if key == "tokenizer":
+        raise TrainError(f"{path}: checkpoint was trained with another tokenizer "
+                         f"({saved[:12]}) than the corpus's ({wanted[:12]})")
+    raise TrainError(f"{path}: checkpoint has {key}={saved!r} but the config says {wanted!r}; "
+                     "use another run directory or resume=overwrite")
 
 
 def load(state: TrainState, path: Path) -> None:

@@ -32,17 +32,15 @@ def load_parent(model: nn.Module, init_from: str, model_config: dict,
     The parent must have this run's model shape and this corpus's tokenizer."""
     path = parent_checkpoint(init_from)
     meta = checkpoint.read_meta(path)
-    if meta["tokenizer_sha256"] != tokenizer_sha:
+    found = checkpoint.incompatibility(meta, model_config, tokenizer_sha)
+    if found and found[0] == "tokenizer":
         raise TrainError(f"train.init_from={init_from}: {path} was trained with another "
-                         f"tokenizer ({meta['tokenizer_sha256'][:12]}) than this corpus's "
-                         f"({tokenizer_sha[:12]}); finetune on a corpus that shares its "
-                         "tokenizer.model")
-    saved = meta["model_config"]
-    for key in sorted(set(saved) | set(model_config)):
-        if saved.get(key) != model_config.get(key):
-            raise TrainError(f"train.init_from={init_from}: the parent has model.{key}="
-                             f"{saved.get(key)!r}, this experiment {model_config.get(key)!r}; "
-                             "give the experiment the parent's model config")
+                         f"tokenizer ({found[1][:12]}) than this corpus's ({found[2][:12]}); "
+                         "finetune on a corpus that shares its tokenizer.model")
+    if found:
+        raise TrainError(f"train.init_from={init_from}: the parent has {found[0]}={found[1]!r}, "
+                         f"this experiment {found[2]!r}; give the experiment the parent's model "
+                         "config")
     model.load_state_dict(checkpoint.load_weights(path / "weights.pt")["state_dict"])
     return {"run": str(path.parent.parent.resolve()), "checkpoint": path.name,
             "step": meta["step"]}
