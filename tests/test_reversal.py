@@ -99,5 +99,5 @@ def test_mix_mode_can_train_inverse_qa_of_the_train_half(bios_config):
 def test_inverse_qa_needs_mix_mode(bios_config):
     from corpus_gen.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="inverse_qa=1: needs mode=mix"):
+    with pytest.raises(ConfigError, match="inverse_qa=1: needs mode=mix or qa"):
         bios_config(people=40, inverse_qa=1)

@@ -1,8 +1,9 @@
 """The bios corpus config and its variant grammar (`single`, `multi<M>`, `permute`, `fullname`)."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from corpus_gen.bios.manipulation import FORMS
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.core.config import CorpusConfig, require
 from corpus_gen.core.errors import ConfigError
@@ -43,13 +44,18 @@ class BiosConfig(CorpusConfig):
     style: str = "s"  # s: bioS (templated sentences), r: bioR (free-form grammar)
     variant: str = "single"
     qa_train_fraction: float = 0.5  # people whose QA goes to qa_train; the rest is held out
-    mode: str = "pretrain"  # pretrain: biographies only; mix: + QA documents of qa_train people
-    qa_copies: int = 1  # mix mode: QA documents per qa_train person
-    qa_loss: str = "all"  # mix mode: "all" tokens count in the loss, or the "answer" only
+    # pretrain: biographies only; mix: + QA documents of the qa_train people; qa: their QA
+    # documents only (a finetuning corpus: pair it with tokenizer.reuse and train.init_from)
+    mode: str = "pretrain"
+    qa_copies: int = 1  # mix/qa mode: QA documents per qa_train person
+    qa_loss: str = "all"  # mix/qa mode: "all" tokens count in the loss, or the "answer" only
     celebrities: int = 0  # > 0: people [0, celebrities) get celebrity_variant, QA trains on them
     celebrity_variant: str = "multi5_permute"
     inverse: bool = False  # + eval sets inverse_<split>: the name from attributes (Part 3.2)
-    inverse_qa: int = 0  # mix mode: inverse QA documents per qa_train person (Part 3.2)
+    inverse_qa: int = 0  # mix/qa mode: inverse QA documents per qa_train person (Part 3.2)
+    manipulation: bool = False  # + eval sets manipulation_<split>: yes/no questions (Part 3.2)
+    manipulation_qa: int = 0  # mix/qa mode: manipulation documents per qa_train person, form
+    manipulation_forms: list[str] = field(default_factory=lambda: ["plain", "cot"])
     data_dir: str | None = None  # value pools; None: the tables shipped in the package
 
     def validate(self) -> None:
@@ -62,13 +68,24 @@ class BiosConfig(CorpusConfig):
         variant = self._checked_variant("variant")
         require(0.0 < self.qa_train_fraction < 1.0, "qa_train_fraction", self.qa_train_fraction,
                 "must be strictly between 0 and 1")
-        require(self.mode in ("pretrain", "mix"), "mode", self.mode, "must be pretrain or mix")
+        require(self.mode in ("pretrain", "mix", "qa"), "mode", self.mode,
+                "must be pretrain, mix or qa")
         require(1 <= self.qa_copies < MAX_COPIES, "qa_copies", self.qa_copies,
                 f"must be in [1, {MAX_COPIES})")
         require(0 <= self.inverse_qa < MAX_COPIES, "inverse_qa", self.inverse_qa,
                 f"must be in [0, {MAX_COPIES})")
-        require(not self.inverse_qa or self.mode == "mix", "inverse_qa", self.inverse_qa,
-                "needs mode=mix (inverse QA documents of the qa_train people)")
+        require(not self.inverse_qa or self.mode != "pretrain", "inverse_qa", self.inverse_qa,
+                "needs mode=mix or qa (inverse QA documents of the qa_train people)")
+        require(0 <= self.manipulation_qa < MAX_COPIES, "manipulation_qa",
+                self.manipulation_qa, f"must be in [0, {MAX_COPIES})")
+        require(not self.manipulation_qa or self.mode != "pretrain", "manipulation_qa",
+                self.manipulation_qa, "needs mode=mix or qa (manipulation documents of the "
+                "qa_train people)")
+        for form in self.manipulation_forms:
+            require(form in FORMS, "manipulation_forms", form,
+                    f"unknown form; known: {', '.join(FORMS)}")
+        require(len(set(self.manipulation_forms)) == len(self.manipulation_forms),
+                "manipulation_forms", self.manipulation_forms, "names a form twice")
         require(self.qa_loss in ("all", "answer"), "qa_loss", self.qa_loss,
                 "must be 'all' or 'answer'")
         require(0 <= self.celebrities < self.people, "celebrities", self.celebrities,

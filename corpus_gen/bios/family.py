@@ -11,6 +11,7 @@ from corpus_gen.bios import stream
 from corpus_gen.bios.bio_r import render_bio_r
 from corpus_gen.bios.config import BiosConfig, parse_variant
 from corpus_gen.bios.inverse import inverse_document, inverse_rows
+from corpus_gen.bios.manipulation import manipulation_document, manipulation_rows, partners
 from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts, person_json
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
@@ -29,19 +30,19 @@ _EVAL_CHUNK = 20000
 
 def layout(config: BiosConfig) -> Layout:
     blocks = stream.blocks(config)
-    qa_docs = sum(b.people for b in blocks if b.kind == "qa")
-    total = stream.total_records(blocks)
-    return Layout(
-        records=total,
-        summary={
-            "people": config.people,
-            "celebrities": config.celebrities,
-            "qa_train_people": config.qa_train_people,
-            "qa_test_people": config.people - config.qa_train_people,
-            "biographies": total - qa_docs,
-            "qa_documents": qa_docs,
-        },
-    )
+    documents = {kind: sum(b.people for b in blocks if b.kind.startswith(kind))
+                 for kind in ("bio", "qa", "inverse", "manipulation")}
+    summary = {
+        "people": config.people,
+        "celebrities": config.celebrities,
+        "qa_train_people": config.qa_train_people,
+        "qa_test_people": config.people - config.qa_train_people,
+        "biographies": documents["bio"],
+        "qa_documents": documents["qa"],
+    }
+    summary |= {f"{kind}_documents": documents[kind] for kind in ("inverse", "manipulation")
+                if documents[kind]}
+    return Layout(records=stream.total_records(blocks), summary=summary)
 
 
 def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
@@ -61,13 +62,17 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
     drawn_orders = randint(derive_key(seed, "bios", "order"), doc_index, len(ORDERS))
     is_qa = np.array([b.kind == "qa" for b in blocks])[slot.block]
     is_inverse = np.array([b.kind == "inverse" for b in blocks])[slot.block]
+    forms = [b.kind.removeprefix("manipulation_") if b.kind.startswith("manipulation_") else ""
+             for b in blocks]
+    is_manipulation = np.array([bool(form) for form in forms])[slot.block]
     celebrity = slot.person < config.celebrities
     variant = parse_variant(config.variant)
     celebrity_variant = parse_variant(config.celebrity_variant)
     # QA documents and permuted biographies take their drawn order, the others the canonical one
     permute = np.where(celebrity, celebrity_variant.permute, variant.permute)
     order_index = np.where(is_qa | permute, drawn_orders, 0)
-    spelled = ~(is_qa | is_inverse) if config.style == "s" else np.zeros_like(is_qa)
+    is_question = is_qa | is_inverse | is_manipulation  # documents of questions and answers
+    spelled = ~is_question if config.style == "s" else np.zeros_like(is_qa)
     if config.style == "r":
         doc_seeds = hash_u64(derive_key(seed, "bios", "bioR"), doc_index).tolist()
     elif spelled.any():
@@ -102,15 +107,35 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
             yield UnitBatch(units.units, *spell(units, plans[a:b], values[a:b]), metas)
             continue
         documents = []
+        partner = _partners(config, slot.person[a:b], is_manipulation[a:b], pools)
         for i, person, meta in zip(range(a, b), person_dicts(drawn[a:b], pools), metas):
-            if is_qa[i] or is_inverse[i]:
-                text, masked = (qa_document(person, ORDERS[orders[i]], answer_only_loss)
-                                if is_qa[i] else inverse_document(person, answer_only_loss))
+            if is_qa[i]:
+                text, masked = qa_document(person, ORDERS[orders[i]], answer_only_loss)
+            elif is_inverse[i]:
+                text, masked = inverse_document(person, answer_only_loss)
+            elif is_manipulation[i]:
+                text, masked = manipulation_document(person, partner[i - a],
+                                                     forms[kinds[i]], answer_only_loss)
+            if is_question[i]:
                 documents.append(Record(text, orjson.loads(meta), masked))
             else:
                 documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])),
                                         orjson.loads(meta)))
         yield documents
+
+
+def _partners(config: BiosConfig, people: np.ndarray, selected: np.ndarray,
+              pools) -> list[dict | None]:
+    """The comparison partner of each selected person (manipulation documents: all of the
+    qa_train half), None for the others."""
+    result: list[dict | None] = [None] * len(people)
+    where = np.flatnonzero(selected)
+    if len(where):
+        index = partners(config.seed, people[where], 0, config.qa_train_people)
+        drawn = person_dicts(draw_people(config.seed, index, pools), pools)
+        for i, person in zip(where.tolist(), drawn):
+            result[i] = person
+    return result
 
 
 def _bio_s_plans(order: np.ndarray, choice: np.ndarray, female: np.ndarray,
@@ -133,6 +158,10 @@ def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:
         sets["inverse_train"] = lambda: _rows(config, 0, n_train, "train", inverse_rows)
         sets["inverse_test"] = lambda: _rows(config, n_train, config.people, "test",
                                              inverse_rows)
+    if config.manipulation:
+        sets["manipulation_train"] = lambda: _manipulation_rows(config, 0, n_train, "train")
+        sets["manipulation_test"] = lambda: _manipulation_rows(config, n_train, config.people,
+                                                               "test")
     return sets
 
 
@@ -144,3 +173,18 @@ def _rows(config: BiosConfig, start: int, stop: int, split: str,
         index = np.arange(chunk, min(chunk + _EVAL_CHUNK, stop))
         for person in person_dicts(draw_people(config.seed, index, pools), pools):
             yield from rows(person, split)
+
+
+def _manipulation_rows(config: BiosConfig, start: int, stop: int, split: str
+                       ) -> Iterator[dict]:
+    """The manipulation set of people [start, stop), each compared with a partner of the same
+    split (none when the split has one person)."""
+    pools = load_pools(config.data_dir)
+    for chunk in range(start, stop, _EVAL_CHUNK):
+        index = np.arange(chunk, min(chunk + _EVAL_CHUNK, stop))
+        people = person_dicts(draw_people(config.seed, index, pools), pools)
+        others = (person_dicts(draw_people(config.seed, partners(config.seed, index, start, stop),
+                                           pools), pools)
+                  if stop - start > 1 else [None] * len(people))
+        for person, other in zip(people, others):
+            yield from manipulation_rows(person, other, split)

@@ -20,7 +20,9 @@ from corpus_gen.core.seeding import derive_key, feistel_permute
 
 @dataclass(frozen=True)
 class Block:
-    kind: str  # "bio", "qa" or "inverse" (inverse QA: drawn from no key of doc_index)
+    # "bio", "qa", "inverse" (inverse QA) or "manipulation_<form>"; the last two draw from no
+    # key of doc_index
+    kind: str
     copy: int  # which copy of this kind the block holds for each person
     people: int  # population: people [0, people)
 
@@ -28,11 +30,15 @@ class Block:
 def blocks(config: BiosConfig) -> list[Block]:
     copies = parse_variant(config.variant).copies
     celebrity_copies = parse_variant(config.celebrity_variant).copies if config.celebrities else 0
-    result = [Block("bio", c, config.people) for c in range(copies)]
-    result += [Block("bio", c, config.celebrities) for c in range(copies, celebrity_copies)]
-    if config.mode == "mix":
+    result = []
+    if config.mode != "qa":
+        result += [Block("bio", c, config.people) for c in range(copies)]
+        result += [Block("bio", c, config.celebrities) for c in range(copies, celebrity_copies)]
+    if config.mode != "pretrain":
         result += [Block("qa", c, config.qa_train_people) for c in range(config.qa_copies)]
         result += [Block("inverse", c, config.qa_train_people) for c in range(config.inverse_qa)]
+        result += [Block(f"manipulation_{form}", c, config.qa_train_people)
+                   for form in config.manipulation_forms for c in range(config.manipulation_qa)]
     return result
 
 

@@ -50,20 +50,15 @@ def _generate(model: GPT, prompts: list[list[int]], max_new_tokens: int, eos_id:
               temperature: float, top_k: int | None, use_cache: bool,
               generator: torch.Generator | None) -> list[list[int]]:
     device = model.tok_emb.weight.device
-    width = max(map(len, prompts))
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
-    pads = torch.tensor([width - len(p) for p in prompts], device=device)[:, None]
-    column = torch.arange(width, device=device)
-    doc = (column >= pads).long()
-    pos = (column - pads).clamp(min=0)
-
+    ids, pos, doc = left_padded(prompts, device)
+    width = ids.shape[1]
     cache = None
     if use_cache:
         c = model.config
         cache = KVCache(c.n_layer, len(prompts), c.n_head, width + max_new_tokens, c.head_dim,
                         compute_dtype(model.tok_emb.weight), device)
     logits = model(ids, pos, doc, cache)[:, -1]
-    next_pos, real = pos[:, -1:] + 1, torch.ones_like(pads)
+    next_pos, real = pos[:, -1:] + 1, doc[:, -1:]
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     steps: list[Tensor] = []
     while len(steps) < max_new_tokens:
@@ -83,6 +78,38 @@ def _generate(model: GPT, prompts: list[list[int]], max_new_tokens: int, eos_id:
 
     rows = torch.stack(steps, 1).tolist() if steps else [[] for _ in prompts]
     return [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
+
+
+def left_padded(sequences: list[list[int]], device: torch.device
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """Token ids, position ids and doc ids [B, T] of sequences left-padded to one width T: pads
+    are doc 0 and the sequence doc 1, and positions start at 0 at each first real token."""
+    width = max(map(len, sequences))
+    ids = torch.tensor([[0] * (width - len(s)) + s for s in sequences], device=device)
+    pads = torch.tensor([width - len(s) for s in sequences], device=device)[:, None]
+    column = torch.arange(width, device=device)
+    return ids, (column - pads).clamp(min=0), (column >= pads).long()
+
+
+@torch.inference_mode()
+def continuation_logprobs(model: GPT, contexts: list[list[int]],
+                          continuations: list[list[int]]) -> list[float]:
+    """log p(continuation | context) per row, summed over the continuation's tokens: one
+    teacher-forced forward pass over the batch (how a forced choice between answers is scored).
+    The model runs in eval mode and gets its previous mode back."""
+    if not all(contexts) or not all(continuations) or len(contexts) != len(continuations):
+        raise ValueError("continuation_logprobs needs one non-empty continuation per non-empty "
+                         "context")
+    training = model.training
+    model.eval()
+    try:
+        sequences = [c + x for c, x in zip(contexts, continuations)]
+        ids, pos, doc = left_padded(sequences, model.tok_emb.weight.device)
+        logprobs = model(ids, pos, doc)[:, :-1].log_softmax(-1)  # [B, T-1, V]: predicts ids[1:]
+        picked = logprobs.gather(-1, ids[:, 1:, None])[..., 0]  # [B, T-1]
+        return [picked[i, -len(x):].sum().item() for i, x in enumerate(continuations)]
+    finally:
+        model.train(training)
 
 
 def _pick(logits: Tensor, temperature: float, top_k: int | None,
