@@ -1,1 +1,2 @@
-"""The `physlm` command line: gen, verify, train, eval and run."""
+"""The `physlm` command line: gen, verify, train, eval, run (experiments and suites) and
+report."""

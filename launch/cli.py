@@ -6,7 +6,6 @@ errors answer at once; each verb imports its machinery (omegaconf, numpy, torch)
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -20,7 +19,9 @@ VERBS = {  # one line each: the top-level help lists them; each verb's --help op
     "verify": "re-check every checksum of a generated corpus",
     "train": "train an experiment's model on its (already generated) corpus",
     "eval": "evaluate a run's latest checkpoint on the tasks in its config (or --task)",
-    "run": "all of it for one experiment, locally: gen (cached) -> train -> eval",
+    "run": "all of it for one experiment (or each run of a suite), locally: gen (cached) -> "
+           "train -> eval",
+    "report": "compare runs: their metrics beside the papers' numbers, loss curves, eval plots",
 }
 
 DESCRIPTION = f"""\
@@ -37,7 +38,8 @@ examples:
   physlm run configs/experiment/quickstart.yaml        # a first experiment, end to end on CPU
   physlm gen configs/corpus/bios_s_single.yaml people=2000 --workers 2
   physlm train configs/experiment/quickstart.yaml model.n_layer=2 --run-dir runs/small
-  physlm eval runs/quickstart --task qa                # default: the tasks in its config"""
+  physlm eval runs/quickstart --task qa                # default: the tasks in its config
+  physlm report runs/quickstart runs/small --out report   # compare runs, papers beside"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,22 +97,20 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trained(metrics: dict) -> str:
-    """The line closing the train stage: the last loss, or that nothing was left to train."""
-    if "loss" not in metrics:
-        return "train  | nothing to train: the run is already at train.max_steps"
-    return f"train  | done: loss {metrics['loss']:.4f}"
-
-
 def _train(args: argparse.Namespace) -> int:
     from launch.experiment import corpus_dir, run_dir_for
+    from launch.suite import is_suite
     from trainer.config import load_experiment
     from trainer.engine import train
 
-    experiment = load_experiment(_config_file("experiment", args.experiment), args.overrides)
+    path = _config_file("experiment", args.experiment)
+    if is_suite(path):
+        raise TrainError(f"{path}: a suite of several runs; run it with physlm run")
+    experiment = load_experiment(path, args.overrides)
     corpus = Path(args.corpus) if args.corpus else corpus_dir(experiment)
     metrics = train(experiment, run_dir_for(experiment, args.run_dir), corpus)
-    print(_trained(metrics))
+    print("train  | nothing to train: the run is already at train.max_steps"
+          if "loss" not in metrics else f"train  | done: loss {metrics['loss']:.4f}")
     return 0
 
 
@@ -126,33 +126,33 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from launch.experiment import ensure_corpus, run_dir_for
+    from launch.experiment import run_dir_for, run_experiment
+    from launch.report import report
+    from launch.suite import is_suite, load_suite, run_suite
     from trainer.config import load_experiment
-    from trainer.engine import train
-    from trainer.eval.runner import evaluate
 
-    experiment = load_experiment(_config_file("experiment", args.experiment), args.overrides)
-    began = time.perf_counter()
-    corpus = ensure_corpus(experiment, args.workers)
-    print(f"gen    | done in {_took(began)}")
-    run_dir = run_dir_for(experiment, args.run_dir)
-    print(f"train  | {run_dir}")
-    began = time.perf_counter()
-    metrics = train(experiment, run_dir, corpus)
-    print(f"{_trained(metrics)} ({_took(began)})")
-    print(f"eval   | {', '.join(experiment.eval.tasks)}")
-    began = time.perf_counter()
-    results = evaluate(run_dir, experiment.eval.tasks, experiment.eval, corpus)
-    for name, result in results.items():
-        print(_summary_table(name, result))
-    print(f"\neval   | done in {_took(began)}")
+    path = _config_file("experiment", args.experiment)
+    if not is_suite(path):
+        experiment = load_experiment(path, args.overrides)
+        _, results = run_experiment(experiment, run_dir_for(experiment, args.run_dir),
+                                    args.workers)
+        for name, result in results.items():
+            print(_summary_table(name, result))
+        return 0
+    suite = load_suite(path, args.overrides)
+    root = Path(args.run_dir) if args.run_dir else Path("runs") / suite.name
+    done = run_suite(suite, root, args.workers)
+    print(f"\nreport | {root / 'report'}")
+    print(report([run_dir for run_dir, _ in done.values()], root / "report"))
     return 0
 
 
-def _took(began: float) -> str:
-    """Wall time since `began`, as the stage lines print it: 4.1 s, 6m32s."""
-    seconds = time.perf_counter() - began
-    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+def _report(args: argparse.Namespace) -> int:
+    from launch.report import report
+
+    print(report([Path(run) for run in args.runs], Path(args.out)))
+    print(f"\nreport | {args.out}: report.md, metrics.csv, loss.png, plots/")
+    return 0
 
 
 def _summary_table(name: str, result: dict) -> str:
@@ -211,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
                                "tasks in the run's config, eval.tasks)")
     evaluate.add_argument("--corpus", help="corpus directory (default: the run's)")
     evaluate.set_defaults(run=_eval)
+
+    report = verb_parser("report")
+    report.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
+    report.add_argument("--out", default="report", metavar="DIR",
+                        help="where report.md, metrics.csv, loss.png and plots/ go (default: "
+                             "report/ in the current folder); a previous report there is "
+                             "replaced, any other directory refused")
+    report.set_defaults(run=_report)
     return parser
 
 

@@ -1,5 +1,7 @@
 """`physlm run`: generate (cached by config hash) -> train -> evaluate, locally."""
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from corpus_gen.core.errors import CorpusError
@@ -46,3 +48,33 @@ def _finished(out: Path, fingerprint: str) -> bool:
 
 def run_dir_for(experiment: Experiment, run_dir: str | None) -> Path:
     return Path(run_dir) if run_dir else Path("runs") / experiment.name
+
+
+def run_experiment(experiment: Experiment, run_dir: Path, workers: int,
+                   log: Callable[[str], None] = print) -> tuple[Path, dict]:
+    """gen (cached) -> train (resumed if the run exists) -> eval; the corpus directory and the
+    evaluation results."""
+    from trainer.engine import train
+    from trainer.eval.runner import evaluate
+
+    began = time.perf_counter()
+    corpus = ensure_corpus(experiment, workers, log)
+    log(f"gen    | done in {took(began)}")
+    log(f"train  | {run_dir}")
+    began = time.perf_counter()
+    metrics = train(experiment, run_dir, corpus)
+    if "loss" not in metrics:
+        log("train  | nothing to train: the run is already at train.max_steps")
+    else:
+        log(f"train  | done: loss {metrics['loss']:.4f} ({took(began)})")
+    log(f"eval   | {', '.join(experiment.eval.tasks)}")
+    began = time.perf_counter()
+    results = evaluate(run_dir, experiment.eval.tasks, experiment.eval, corpus)
+    log(f"eval   | done in {took(began)}")
+    return corpus, results
+
+
+def took(began: float) -> str:
+    """Wall time since `began`, as the stage lines print it: 4.1 s, 6m32s."""
+    seconds = time.perf_counter() - began
+    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -141,8 +141,13 @@ def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConf
 
 
 def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
-    source = str(path)
-    given = read_yaml(path)
+    return build_experiment(read_yaml(path), str(path), overrides, Path(path).stem)
+
+
+def build_experiment(given: DictConfig, source: str, overrides: list[str],
+                     default_name: str) -> Experiment:
+    """The experiment an experiment file's mapping `given` (read from `source`) describes, with
+    the command line's `overrides`; named `default_name` unless it names itself."""
     # `model=gpt2_small` replaces the experiment's whole group, and dotted keys apply to it in
     # any order (in one dotlist, `model.n_layer=3` and `model=...` would overwrite each other)
     replaced, dotted = {}, []
@@ -171,7 +176,7 @@ def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
     corpus = (corpus_config(layers["corpus"], schemas(), prefix="corpus.")
               if layers["corpus"] else None)  # optional when training on a given corpus dir
     return Experiment(
-        name=str(cli.get("name", given.get("name", Path(path).stem))),
+        name=str(cli.get("name", given.get("name", default_name))),
         corpus=corpus,
         corpus_name=names["corpus"],
         model=build_config(ModelConfig, layers["model"] or [({}, source)], "model."),

@@ -1,0 +1,96 @@
+"""Suites: one experiment file of several runs, for the papers' comparisons (bioS single vs
+multi5+permute, with vs without celebrities). `runs` maps each run's name to an experiment
+(the keys of an experiment file); `defaults` holds the groups the runs share, and a run's own
+group replaces the default's whole. A run with `parent: <earlier run>` finetunes: it starts from
+that run's weights (`train.init_from`) and its corpus takes the parent corpus's tokenizer
+(`corpus.tokenizer.reuse`), the "pretrain, then finetune" of Part 3.1. `physlm run SUITE` runs
+them in order, each in `<root>/<run>`, corpora cached and finished runs kept.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from corpus_gen.core.config import COMMAND_LINE, read_yaml
+from corpus_gen.core.errors import ConfigError
+from launch.experiment import run_experiment
+from trainer.config import Experiment, build_experiment
+
+SUITE_KEYS = ("name", "defaults", "runs")
+
+
+@dataclass
+class SuiteRun:
+    name: str
+    experiment: Experiment
+    parent: str | None  # the earlier run whose weights and tokenizer this one starts from
+
+
+@dataclass
+class Suite:
+    name: str
+    runs: list[SuiteRun]
+    source: str
+
+
+def is_suite(path: Path) -> bool:
+    return "runs" in read_yaml(path)
+
+
+def load_suite(path: Path, overrides: list[str]) -> Suite:
+    """The suite file's runs, each a validated experiment with the command line's overrides."""
+    source = str(path)
+    given = read_yaml(path)
+    for key in given:
+        if key not in SUITE_KEYS:
+            raise ConfigError(str(key), OmegaConf.to_container(given)[key],
+                              f"unknown suite key; expected {SUITE_KEYS}", source)
+    name = str(given.get("name", path.stem))
+    defaults, runs = given.get("defaults") or OmegaConf.create({}), given.runs
+    for key, value in (("defaults", defaults), ("runs", runs)):
+        if not isinstance(value, DictConfig) or (key == "runs" and not value):
+            raise ConfigError(key, value, "must be a mapping" +
+                              (" of run names to experiments" if key == "runs" else ""), source)
+    result: list[SuiteRun] = []
+    for run, body in runs.items():
+        if not isinstance(body, DictConfig):
+            raise ConfigError(f"runs.{run}", body, "must be a mapping of experiment keys",
+                              source)
+        merged = OmegaConf.create({**{k: defaults[k] for k in defaults},
+                                   **{k: body[k] for k in body}})
+        parent = merged.pop("parent", None)
+        known = [r.name for r in result]
+        if parent is not None and parent not in known:
+            raise ConfigError(f"runs.{run}.parent", parent, "must name an earlier run of the "
+                              f"suite (earlier: {', '.join(known) or 'none'})", source)
+        try:
+            experiment = build_experiment(merged, source, overrides, f"{name}-{run}")
+        except ConfigError as exc:  # name the run the key belongs to
+            if exc.source == COMMAND_LINE:
+                raise
+            raise ConfigError(f"runs.{run}.{exc.key}", exc.value, exc.reason,
+                              exc.source) from None
+        result.append(SuiteRun(str(run), experiment, parent))
+    return Suite(name, result, source)
+
+
+def run_suite(suite: Suite, root: Path, workers: int,
+              log: Callable[[str], None] = print) -> dict[str, tuple[Path, dict]]:
+    """Each run in order, in `root/<run>`: run directory and evaluation results by run name."""
+    done: dict[str, tuple[Path, Path]] = {}  # run -> (run directory, corpus directory)
+    results = {}
+    for run in suite.runs:
+        experiment = run.experiment
+        if run.parent is not None:
+            parent_dir, parent_corpus = done[run.parent]
+            experiment.train.init_from = str(parent_dir)
+            if experiment.corpus is not None and experiment.corpus.tokenizer.reuse is None:
+                experiment.corpus.tokenizer.reuse = str(parent_corpus)
+        log(f"\nsuite  | {suite.name}: run {run.name}"
+            + (f" (finetuning {run.parent})" if run.parent else ""))
+        run_dir = root / run.name
+        corpus, results[run.name] = run_experiment(experiment, run_dir, workers, log)
+        done[run.name] = (run_dir, corpus)
+    return {name: (done[name][0], results[name]) for name in results}
