@@ -1,6 +1,8 @@
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from corpus_gen.core.config import load_config
 from corpus_gen.core.registry import schemas
@@ -51,3 +53,28 @@ def tiny_experiment(tmp_path):
     from trainer.config import load_experiment
 
     return lambda *overrides: load_experiment(tiny_experiment_file(tmp_path), list(overrides))
+
+
+def memorize(model: torch.nn.Module, documents: list[list[int]], eos: int, steps: int,
+             lr: float = 0.02) -> None:
+    """Full-batch AdamW on token documents, each from position 0 and ending in EOS: a model that
+    has seen them, in seconds (the DeepSpeed engine is tested elsewhere)."""
+    width = max(map(len, documents)) + 1
+    tokens = torch.tensor([d + [eos] + [0] * (width - len(d) - 1) for d in documents])
+    targets = torch.tensor([d + [eos] + [-100] * (width - len(d) - 1) for d in documents])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    for _ in range(steps):
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), targets[:, 1:].flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+@pytest.fixture
+def one_thread():
+    """Training on one thread: on a busy machine torch's threads spin (several times slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

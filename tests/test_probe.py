@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -20,7 +19,7 @@ from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
-from tests.conftest import ROOT, tiny_experiment_file
+from tests.conftest import ROOT, memorize, tiny_experiment_file
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
@@ -208,36 +207,12 @@ def test_a_label_planted_at_the_probed_tokens_is_read_exactly_and_noise_sits_at_
         assert accuracy < chance + 0.1, kind
 
 
-def _memorize(model: GPT, docs: list[dict], eos: int, steps: int) -> None:
-    """Full-batch AdamW on the biographies, each a document from position 0 ending in EOS."""
-    width = max(len(d["ids"]) for d in docs) + 1
-    tokens = torch.tensor([d["ids"] + [eos] + [0] * (width - len(d["ids"]) - 1) for d in docs])
-    targets = torch.tensor([d["ids"] + [eos] + [-100] * (width - len(d["ids"]) - 1)
-                            for d in docs])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.0)
-    for _ in range(steps):
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), targets[:, 1:].flatten(), ignore_index=-100)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-
-@pytest.fixture
-def one_thread():
-    """Training on one thread: on a busy machine torch's threads spin (several times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_probes_on_a_model_that_saw_the_biographies_beat_probes_on_a_random_model(
         tokenizer, docs, corpus, one_thread):
     torch.manual_seed(0)
     config = ModelConfig(n_layer=2, n_head=2, d_model=32, vocab_size=tokenizer.vocab_size)
     trained, at_init = GPT(config), GPT(config)
-    _memorize(trained, docs[:TRAINED_PEOPLE], tokenizer.eos_id, steps=120)
+    memorize(trained, [d["ids"] for d in docs[:TRAINED_PEOPLE]], tokenizer.eos_id, steps=120)
     options = ProbeOptions(max_people=TRAINED_PEOPLE, kinds=["p"], test_fraction=0.5)
     scores = {name: run(context_for(model, tokenizer, corpus), options)["summary"]["p_mean"]
               for name, model in (("trained", trained), ("at_init", at_init))}

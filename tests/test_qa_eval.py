@@ -246,3 +246,21 @@ def test_questions_whose_answer_cannot_fit_the_positions_count_as_wrong(tokenize
     assert 0 < fit < len(rows)
     assert result["too_long"] == len(rows) - fit
     assert result["exact"] == result["first_token"] == fit / len(rows)
+
+
+def test_a_trained_model_beats_the_same_model_at_init(tokenizer, rows, tmp_path, one_thread):
+    """A real GPT, memorising the people's QA documents, goes from 0.0 to answering them."""
+    from corpus_gen.bios.qa import answered
+    from tests.conftest import memorize
+    from trainer.model import GPT
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, d_model=64, vocab_size=tokenizer.vocab_size,
+                            ctx=128))
+    at_init = score_split(context_for(model, tokenizer, tmp_path), rows, 8)
+    # one question per document: each prompt is then learned where evaluation asks it, first
+    memorize(model, [tokenizer.encode(answered(r["prompt"], r["answer"])) for r in rows],
+             tokenizer.eos_id, steps=300, lr=0.003)
+    trained = score_split(context_for(model, tokenizer, tmp_path), rows, 8)
+    assert at_init["exact"] == 0.0 and at_init["first_token"] < 0.2
+    assert trained["exact"] >= 0.9 and trained["first_token"] == 1.0
