@@ -63,7 +63,7 @@ class PlantedModel(nn.Module):
     trainer/eval/generation.py uses of a GPT: `config` (n_layer, n_head, head_dim size the KV
     cache; pos names the positions in errors), `positional.max_positions` (real learned
     positions, ctx = `config.ctx`), `tok_emb.weight` (device and dtype of the cache), and
-    `forward(ids, pos, doc, cache) -> logits [B, T, V]`. Like a transformer it sees a row only
+    `forward(ids, pos, doc, cache, last_only) -> logits [B, T, V]`. Like a transformer it sees a row only
     through what it cached: its one "key" per token is the token id (head_dim 1), and a token
     attends to the earlier tokens of its own document, whose positions must run 0, 1, ... from
     the row's first real token, or the planted answer is lost.
@@ -79,7 +79,7 @@ class PlantedModel(nn.Module):
         self.table, self.fallback = table, fallback
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                doc_ids: torch.Tensor, cache=None) -> torch.Tensor:
+                doc_ids: torch.Tensor, cache=None, last_only: bool = False) -> torch.Tensor:
         if cache is None:
             tokens, pos, doc = input_ids, position_ids, doc_ids
         else:
@@ -96,7 +96,7 @@ class PlantedModel(nn.Module):
                 in_order = pos[b, : t + 1][mine].tolist() == list(range(len(context)))
                 nxt = self.table.get(context, self.fallback) if in_order else self.fallback
                 logits[b, t - seen, nxt] = 1.0
-        return logits
+        return logits[:, -1:] if last_only else logits
 
 
 def plant(tokenizer: Tokenizer, rows: list[dict], answers: list[str]) -> PlantedModel:

@@ -57,7 +57,7 @@ def _generate(model: GPT, prompts: list[list[int]], max_new_tokens: int, eos_id:
         c = model.config
         cache = KVCache(c.n_layer, len(prompts), c.n_head, width + max_new_tokens, c.head_dim,
                         compute_dtype(model.tok_emb.weight), device)
-    logits = model(ids, pos, doc, cache)[:, -1]
+    logits = model(ids, pos, doc, cache, last_only=True)[:, -1]
     next_pos, real = pos[:, -1:] + 1, doc[:, -1:]
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     steps: list[Tensor] = []
@@ -69,11 +69,11 @@ def _generate(model: GPT, prompts: list[list[int]], max_new_tokens: int, eos_id:
         if len(steps) == max_new_tokens or done.all():
             break
         if cache is not None:
-            logits = model(token[:, None], next_pos, real, cache)[:, -1]
+            logits = model(token[:, None], next_pos, real, cache, last_only=True)[:, -1]
         else:
             ids, pos = torch.cat((ids, token[:, None]), 1), torch.cat((pos, next_pos), 1)
             doc = torch.cat((doc, real), 1)
-            logits = model(ids, pos, doc)[:, -1]
+            logits = model(ids, pos, doc, last_only=True)[:, -1]
         next_pos = next_pos + 1
 
     rows = torch.stack(steps, 1).tolist() if steps else [[] for _ in prompts]

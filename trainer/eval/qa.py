@@ -60,26 +60,24 @@ def answers(context: EvalContext, rows: list[dict], batch_size: int
     write it) and the model's greedy continuation of the prompt, as long; and how many rows were
     too long to generate. A row whose answer cannot fit among the model's positions (learned
     absolute positions only) gets no continuation, so it scores wrong instead of stopping the
-    whole evaluation."""
+    whole evaluation. Rows are batched in order of answer then prompt length, so that a batch
+    pads little and decodes no further than its answers need; results come in row order."""
     tokenizer = context.tokenizer
     limit = context.model.positional.max_positions or float("inf")
-    pairs: list[tuple[list[int], list[int]]] = []
-    too_long = 0
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        prompts = [tokenizer.encode(r["prompt"]) for r in batch]
-        expected = [tokenizer.encode(answered(r["prompt"], r["answer"]))[len(p):]
-                    for r, p in zip(batch, prompts)]
-        fits = [i for i, (p, w) in enumerate(zip(prompts, expected)) if len(p) + len(w) <= limit]
-        outputs: list[list[int]] = [[] for _ in batch]
-        for group in _generation_groups(fits, prompts, expected, limit):
+    prompts = [tokenizer.encode(r["prompt"]) for r in rows]
+    expected = [tokenizer.encode(answered(r["prompt"], r["answer"]))[len(p):]
+                for r, p in zip(rows, prompts)]
+    fits = [i for i, (p, w) in enumerate(zip(prompts, expected)) if len(p) + len(w) <= limit]
+    fits.sort(key=lambda i: (len(expected[i]), len(prompts[i])))
+    outputs: list[list[int]] = [[] for _ in rows]
+    for start in range(0, len(fits), batch_size):
+        for group in _generation_groups(fits[start : start + batch_size], prompts, expected,
+                                        limit):
             generated = generate(context.model, [prompts[i] for i in group],
                                  max_new_tokens=max(len(expected[i]) for i in group))
             for i, ids in zip(group, generated):
                 outputs[i] = ids
-        too_long += len(batch) - len(fits)
-        pairs += zip(expected, outputs)
-    return pairs, too_long
+    return list(zip(expected, outputs)), len(rows) - len(fits)
 
 
 def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict:

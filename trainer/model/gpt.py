@@ -97,8 +97,10 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: Tensor, position_ids: Tensor | None = None,
-                doc_ids: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
-        """Logits [B, T, V] in fp32 for input_ids [B, T].
+                doc_ids: Tensor | None = None, cache: KVCache | None = None,
+                last_only: bool = False) -> Tensor:
+        """Logits [B, T, V] in fp32 for input_ids [B, T] ([B, 1, V] with last_only: decoding
+        needs the last position's, and the head is a quarter of a small model's matmuls).
 
         position_ids [B, T]: default 0..T-1 after the cached tokens, shared by the batch.
         doc_ids [B, T]: tokens attend only within their document (one contiguous run of equal
@@ -120,6 +122,8 @@ class GPT(nn.Module):
 
         for layer, block in enumerate(self.blocks):
             x = block(x, pos, mask, cache, layer)
+        if last_only:
+            x = x[:, -1:]
         return self.lm_head(self.norm(x)).float()
 
     def num_parameters(self, non_embedding: bool = True) -> int:
