@@ -133,6 +133,7 @@ def test_planted_models_score_their_verdicts_and_reasoning(sets, tokenizer, tmp_
         assert set(result[form]["per_question"]) == set(QUESTIONS)
         assert all(q["accuracy"] == accuracy for q in result[form]["per_question"].values())
     assert result["cot"]["reasoning"] == reasoned and "reasoning" not in result["plain"]
+    assert result["cot"]["reasoned_accuracy"] == (accuracy if reasoned else None)
 
 
 def test_majority_is_the_share_of_the_commoner_verdict(sets, tokenizer, tmp_path):

@@ -63,10 +63,10 @@ class PlantedModel(nn.Module):
     trainer/eval/generation.py uses of a GPT: `config` (n_layer, n_head, head_dim size the KV
     cache; pos names the positions in errors), `positional.max_positions` (real learned
     positions, ctx = `config.ctx`), `tok_emb.weight` (device and dtype of the cache), and
-    `forward(ids, pos, doc, cache, last_only) -> logits [B, T, V]`. Like a transformer it sees a row only
-    through what it cached: its one "key" per token is the token id (head_dim 1), and a token
-    attends to the earlier tokens of its own document, whose positions must run 0, 1, ... from
-    the row's first real token, or the planted answer is lost.
+    `forward(ids, pos, doc, cache, last_only) -> logits [B, T, V]`. Like a transformer it sees
+    a row only through what it cached: its one "key" per token is the token id (head_dim 1), and
+    a token attends to the earlier tokens of its own document, whose positions must run 0, 1,
+    ... from the row's first real token, or the planted answer is lost.
     """
 
     def __init__(self, vocab_size: int, table: dict[tuple[int, ...], int], fallback: int,

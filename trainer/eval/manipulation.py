@@ -5,7 +5,8 @@ The verdict is a forced choice: whichever of " yes." and " no." the model finds 
 the context, so a model that knows nothing scores the 0.5 of a coin (the `majority` figure
 gives the share of the commoner verdict, the best a constant answer does). In the `cot` form
 the context is the prompt followed by the model's own greedy reasoning ("October, so"), as long
-as the true one; `reasoning` is the share of rows whose reasoning is right token for token.
+as the true one; `reasoning` is the share of rows whose reasoning is right token for token, and
+`reasoned_accuracy` the verdicts' accuracy on those rows.
 """
 
 from collections import defaultdict
@@ -105,11 +106,16 @@ def score_rows(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
 
 
 def _summary(right: list[bool], verdicts: list[str], reasoned: list[bool]) -> dict:
+    """Accuracy, n and majority share; with reasoning (cot), its accuracy and the verdicts'
+    accuracy where the reasoning was right (`reasoned_accuracy`: manipulation given retrieval;
+    None when no reasoning was right)."""
     majority = max(verdicts.count(v) for v in VERDICTS) / max(1, len(verdicts))
     summary = {"accuracy": sum(right) / max(1, len(right)), "n": len(right),
                "majority": majority}
     if reasoned:
         summary["reasoning"] = sum(reasoned) / len(reasoned)
+        given = [r for r, ok in zip(right, reasoned) if ok]
+        summary["reasoned_accuracy"] = sum(given) / len(given) if given else None
     return summary
 
 
