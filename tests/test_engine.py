@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_experiment_file
+from omegaconf import OmegaConf
 
 from corpus_gen.core.generate import generate_corpus
 from trainer.config import load_experiment
@@ -48,7 +49,10 @@ def test_every_encoding_trains_a_few_steps(corpus, tmp_path, pos):
     assert len(losses) == 6 and losses[-1] < losses[0]
     assert metrics["tokens_per_s"] > 0 and metrics["mfu"] is None  # no peak for CPUs
     assert (tmp_path / "run" / "checkpoints" / "step-000006" / "weights.pt").exists()
-    assert (tmp_path / "run" / "config.yaml").exists()
+    # the config of the corpus trained on (the experiment has no corpus group of its own)
+    saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    assert saved.corpus_dir == str(corpus) and saved.corpus.people == 40
+    assert saved.corpus.variant == "multi5_permute" and saved.corpus.mode == "mix"
 
 
 def test_resume_after_kill_matches_uninterrupted_run_bit_for_bit(corpus, tmp_path):

@@ -164,9 +164,9 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
               flush=True)
     if world.rank == 0:
         checkpoints.mkdir(parents=True, exist_ok=True)
-        _write_config(run_dir, experiment, corpus_dir, model_config)
+        _write_config(run_dir, experiment, corpus_dir, manifest, model_config)
     # made after the resume: a refused checkpoint starts no W&B run
-    tracker = Tracker(run_dir, experiment.name, _flat_config(experiment, corpus_dir),
+    tracker = Tracker(run_dir, experiment.name, _flat_config(experiment, corpus_dir, manifest),
                       cfg.wandb.mode, cfg.wandb.project, cfg.wandb.entity,
                       enabled=world.rank == 0)
     tracker.forget_after(state.step)  # the steps after the checkpoint are logged again
@@ -316,19 +316,21 @@ def _eval_loss(engine, fixed: PackedBatches, cfg: TrainConfig, world: Dist) -> f
     return _mean_over_ranks(total / cfg.eval_batches, world.device)
 
 
-def _write_config(run_dir: Path, experiment: Experiment, corpus_dir: Path,
+def _write_config(run_dir: Path, experiment: Experiment, corpus_dir: Path, manifest: dict,
                   model_config: ModelConfig) -> None:
-    resolved = OmegaConf.create(_flat_config(experiment, corpus_dir))
+    resolved = OmegaConf.create(_flat_config(experiment, corpus_dir, manifest))
     resolved.model = asdict(model_config)
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(resolved, run_dir / "config.yaml")
 
 
-def _flat_config(experiment: Experiment, corpus_dir: Path) -> dict:
+def _flat_config(experiment: Experiment, corpus_dir: Path, manifest: dict) -> dict:
+    """The run's whole config; `corpus` is the config of the corpus trained on, from its
+    manifest (with `--corpus DIR` it need not be the experiment's corpus group)."""
     return json.loads(json.dumps({
         "name": experiment.name,
         "corpus_dir": str(corpus_dir),
-        "corpus": asdict(experiment.corpus) if experiment.corpus else None,
+        "corpus": manifest.get("config"),
         "model": asdict(experiment.model),
         "train": asdict(experiment.train),
         "eval": asdict(experiment.eval),
