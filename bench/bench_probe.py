@@ -3,8 +3,9 @@
 
     python bench/bench_probe.py --rounds 3
 
-The corpus: `physlm gen bios_s_multi5_permute people=--people tokenizer.vocab_size=2048` (into
-a temporary directory, or --corpus-dir); the model: the quickstart's (gpt_tiny: 4 layers x
+The corpus: bench_eval's (`physlm gen bios_s_multi5_permute people=--people inverse=true
+tokenizer.vocab_size=2048`: its inverse sets leave the biographies as they are), into a
+temporary directory, or --corpus-dir; the model: the quickstart's (gpt_tiny: 4 layers x
 d_model 128), randomly initialised, fp32 on the CPU (extraction runs the same operations
 whatever the weights). Timed, for the first --people biographies: reading them from the shards
 (`read_biographies`), finding the P-probes' special positions, and `extract_features` of every
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_eval import quickstart_model, timed
+from bench_eval import make_corpus, quickstart_model, timed
 from cpu_pressure import print_run_footer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,17 +38,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
-
-
-def make_corpus(out: Path, people: int) -> Path:
-    from corpus_gen.core.config import load_config
-    from corpus_gen.core.generate import generate_corpus
-    from corpus_gen.core.registry import schemas
-
-    config = load_config(ROOT / "configs/corpus/bios_s_multi5_permute.yaml",
-                         [f"people={people}", "tokenizer.vocab_size=2048"], schemas())
-    generate_corpus(config, out, workers=1, progress=False, log=lambda *_: None)
-    return out
 
 
 def main() -> None:
