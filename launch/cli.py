@@ -156,13 +156,16 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _summary_table(name: str, result: dict) -> str:
-    """A task's headline numbers: for each split (if any) its overall metrics."""
+    """A task's headline numbers, as `physlm report` picks them: each rate outside the
+    breakdowns, by its split (or set) and its path below it (`plain/accuracy`)."""
+    from launch.report import BOOKKEEPING, flatten, is_headline
+
     lines = [f"\n{name} (step {result.get('step')})", "| split | metric | value |", "|---|---|---|"]
-    for split, values in result.items():
-        if isinstance(values, dict):
-            for metric, value in values.items():
-                if isinstance(value, float):
-                    lines.append(f"| {split} | {metric} | {value:.3f} |")
+    metrics = flatten({k: v for k, v in result.items() if k not in BOOKKEEPING}, name)
+    for metric, value in metrics.items():
+        _, split, *rest = metric.split("/")
+        if rest and is_headline(metric, value):
+            lines.append(f"| {split} | {'/'.join(rest)} | {value:.3f} |")
     return "\n".join(lines)
 
 

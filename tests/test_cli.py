@@ -122,3 +122,14 @@ def test_run_prints_each_stage_with_its_duration(tmp_path, monkeypatch, capsys):
     assert out[2] == "train  | done: loss 1.2500 (6m32s)"
     assert out[4] == "eval   | done in 20.2 s"
     assert out[-1] == "| test | exact | 0.500 |"
+
+
+def test_the_summary_table_shows_nested_rates_and_leaves_out_counts_and_breakdowns():
+    from launch.cli import _summary_table
+
+    table = _summary_table("manipulation", {
+        "step": 5, "run": "r", "chance": 0.5,
+        "test": {"cot": {"accuracy": 0.75, "n": 8,
+                         "per_question": {"even_year": {"accuracy": 1.0}}}}})
+    assert table.splitlines()[1:] == ["manipulation (step 5)", "| split | metric | value |",
+                                      "|---|---|---|", "| test | cot/accuracy | 0.750 |"]
