@@ -2,13 +2,14 @@
 
 Token i attends to key j iff j is not after i and, when document ids are given, both carry the
 same id. What that means for one forward pass (a mask, a bias, or flash's document boundaries) is
-built once by `build_mask` and shared by every layer.
+built once by `build_mask` and shared by every layer; an encoding whose bias differs by layer
+adds each layer's own as that layer runs (`AttentionMask.for_layer`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from torch import Tensor, nn
 
 from trainer.model.config import ModelConfig
 from trainer.model.kv_cache import KVCache
-from trainer.model.positional import Positional
+from trainer.model.positional import LayerBias, Positional
 
 try:
     from flash_attn import flash_attn_func, flash_attn_varlen_func
@@ -31,15 +32,24 @@ class AttentionMask:
     """Which keys each query sees in one forward pass, in the form its backend takes.
 
     sdpa and math: `tensor` is None (plain causal), a bool mask (True: may attend) or a float bias
-    added to the scores (-inf where not allowed). flash_attn: document boundaries of the flattened
+    added to the scores (-inf where not allowed), to which `layer_bias[layer]` is added in each
+    layer when the encoding has per-layer biases. flash_attn: document boundaries of the flattened
     batch (None: one sequence per row) and ALiBi slopes.
     """
 
     backend: str
     tensor: Tensor | None = None
+    layer_bias: LayerBias | None = None
     cu_seqlens: Tensor | None = None
     max_seqlen: int = 0
     alibi_slopes: Tensor | None = None
+
+    def for_layer(self, layer: int) -> AttentionMask:
+        """The mask one layer applies: this one, with the layer's own bias added when there is
+        one (one [B, H, Tq, Tk] tensor, made when the layer runs)."""
+        if self.layer_bias is None:
+            return self
+        return replace(self, tensor=self.tensor + self.layer_bias[layer], layer_bias=None)
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -66,20 +76,22 @@ def build_mask(backend: str, positional: Positional, q_pos: Tensor, k_pos: Tenso
     keys in order (cached then new); each is [B, T] or [1, T]. No doc ids: one document."""
     if backend == "flash_attn":
         return _flash_mask(positional, q_doc, q_pos.device)
+    scores_dtype = torch.float32 if backend == "math" else dtype
     bias = positional.bias(q_pos, k_pos)
+    layer_bias = positional.layer_bias(q_pos, k_pos, scores_dtype)
+    plain = bias is None and layer_bias is None  # nothing to add to the scores
     n_q, n_k = q_pos.shape[-1], k_pos.shape[-1]
-    if backend == "sdpa" and bias is None and q_doc is None and n_q == n_k:
+    if backend == "sdpa" and plain and q_doc is None and n_q == n_k:
         return AttentionMask("sdpa")  # is_causal=True, the fused kernels' fast path
     # query t is token n_k - n_q + t of the sequence: it sees keys up to and including itself
     allowed = (torch.arange(n_k, device=q_pos.device)
                <= torch.arange(n_k - n_q, n_k, device=q_pos.device)[:, None])  # [Tq, Tk]
     if q_doc is not None:
         allowed = allowed & (q_doc[:, None, :, None] == k_doc[:, None, None, :])  # [B, 1, Tq, Tk]
-    if backend == "sdpa" and bias is None:
+    if backend == "sdpa" and plain:
         return AttentionMask("sdpa", allowed)
-    scores_dtype = torch.float32 if backend == "math" else dtype
     additive = torch.where(allowed, 0.0 if bias is None else bias, float("-inf"))
-    return AttentionMask(backend, additive.to(scores_dtype))
+    return AttentionMask(backend, additive.to(scores_dtype), layer_bias)
 
 
 def _flash_mask(positional: Positional, doc: Tensor | None, device: torch.device) -> AttentionMask:
@@ -157,5 +169,6 @@ class CausalSelfAttention(nn.Module):
         q, k = self.rotate(q, k, pos, pos)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        y = BACKENDS[mask.backend](q, k, v, mask, self.dropout if self.training else 0.0)
+        y = BACKENDS[mask.backend](q, k, v, mask.for_layer(layer),
+                                   self.dropout if self.training else 0.0)
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(batch, length, width)))

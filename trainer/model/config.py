@@ -24,7 +24,9 @@ class ModelConfig:
     norm: str = "layernorm"  # layernorm | rmsnorm
     mlp: str = "gelu"  # gelu | swiglu
     tie_embeddings: bool = True
-    pos: str = "rope"  # a name in POSITIONAL: learned | rope | alibi | relative | none
+    # a name in POSITIONAL: learned | rope | alibi | relative | none, or Part 1's content-free
+    # pos_only (per-layer relative-position tables) | uniform (head h: mean of 2^h - 1 tokens)
+    pos: str = "rope"
     attention: str = "auto"  # auto | flash_attn | sdpa | math
     rope_theta: float = 10000.0
     relative_buckets: int = 32

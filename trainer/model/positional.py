@@ -1,10 +1,11 @@
 """Positional encodings, one small module each, found by name in POSITIONAL.
 
-Every encoding answers the same three questions, and the default answer is "nothing" (NoPE):
+Every encoding answers the same four questions, and the default answer is "nothing" (NoPE):
 `embed` adds to the token embeddings, `rotate` turns queries and keys, `bias` returns an additive
-attention bias. Positions are explicit tensors ([B, T], or [1, T] shared by the batch) so they
-can restart at each packed document and continue across KV-cache steps. A new encoding is one
-class here with `@register("name")`; its `validate` checks the config options it reads.
+attention bias shared by every layer, `layer_bias` one that differs by layer. Positions are
+explicit tensors ([B, T], or [1, T] shared by the batch) so they can restart at each packed
+document and continue across KV-cache steps. A new encoding is one class here with
+`@register("name")`; its `validate` checks the config options it reads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trainer.model.errors import require
@@ -52,7 +54,13 @@ class Positional(nn.Module):
         return q, k
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Additive attention bias broadcastable to [B, H, Tq, Tk], or None."""
+        """Additive attention bias broadcastable to [B, H, Tq, Tk], the same in every layer, or
+        None."""
+        return None
+
+    def layer_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> LayerBias | None:
+        """Additive attention biases that differ by layer, made in `dtype` as each layer asks for
+        its own, or None."""
         return None
 
     def alibi_slopes(self, device: torch.device) -> Tensor | None:
@@ -149,12 +157,11 @@ class ALiBi(Positional):
         return -self.alibi_slopes(q_pos.device)[:, None, None] * distance
 
 
-@register("relative")
-class RelativeBias(Positional):
-    """T5-style learned relative bias: one scalar per head and distance bucket, shared by layers.
+class RelativeBuckets(Positional):
+    """T5-style causal distance buckets, the index of the learned relative biases below.
 
-    Causal buckets: distances below relative_buckets // 2 get one bucket each, longer ones share
-    log-spaced buckets up to relative_max_distance, beyond which all distances share the last.
+    Distances below relative_buckets // 2 get one bucket each, longer ones share log-spaced
+    buckets up to relative_max_distance, beyond which all distances share the last.
     """
 
     flash_compatible = False
@@ -171,7 +178,6 @@ class RelativeBias(Positional):
         super().__init__(config)
         self.buckets = config.relative_buckets
         self.max_distance = config.relative_max_distance
-        self.table = nn.Embedding(config.relative_buckets, config.n_head)
 
     def bucket(self, distance: Tensor) -> Tensor:
         exact = self.buckets // 2
@@ -180,7 +186,84 @@ class RelativeBias(Positional):
         far = exact + (torch.log(distance.clamp(min=exact).float() / exact) * scale).long()
         return torch.where(distance < exact, distance, far.clamp(max=self.buckets - 1))
 
-    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def distance_buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         # keys ahead of the query are masked anyway; clamping keeps their bucket index valid
         distance = (q_pos[:, :, None] - k_pos[:, None, :]).clamp(min=0)  # [B, Tq, Tk]
-        return self.table(self.bucket(distance)).permute(0, 3, 1, 2)  # [B, H, Tq, Tk]
+        return self.bucket(distance)
+
+
+@register("relative")
+class RelativeBias(RelativeBuckets):
+    """T5-style learned relative bias: one scalar per head and distance bucket, shared by layers,
+    added to the query-key scores."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.table = nn.Embedding(config.relative_buckets, config.n_head)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.table(self.distance_buckets(q_pos, k_pos)).permute(0, 3, 1, 2)  # [B,H,Tq,Tk]
+
+
+class LayerBias:
+    """Per-layer biases, indexed like a stack [L, B, H, Tq, Tk] but never built as one: the layers
+    share one pass's distance buckets [B, Tq, Tk] and each looks them up in its own table when it
+    runs. With packed documents (a bucket map per row) the stack would be L times the size of
+    one layer's attention scores."""
+
+    def __init__(self, tables: nn.ModuleList, buckets: Tensor, dtype: torch.dtype):
+        self.tables, self.buckets, self.dtype = tables, buckets, dtype
+
+    def __getitem__(self, layer: int) -> Tensor:
+        table = self.tables[layer].weight.to(self.dtype)  # cast the [buckets, H] table, not its map
+        return F.embedding(self.buckets, table).permute(0, 3, 1, 2)  # [B, H, Tq, Tk]
+
+
+@register("pos_only")
+class PositionOnly(RelativeBuckets):
+    """GPT_pos of Physics of Language Models Part 1: attention weights depend on relative
+    position alone, never on token content (values still carry it).
+
+    Each layer has its own table of one scalar per head and distance bucket (the buckets of
+    `relative`), and the queries are zeroed, so the query-key term adds nothing to the scores:
+    softmax(bias) mixes the values.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.tables = nn.ModuleList(nn.Embedding(config.relative_buckets, config.n_head)
+                                    for _ in range(config.n_layer))
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(q), k  # no content in the scores
+
+    def layer_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> LayerBias:
+        # int32: the map lives through the whole pass, at half the size of int64
+        return LayerBias(self.tables, self.distance_buckets(q_pos, k_pos).int(), dtype)
+
+
+@register("uniform")
+class Uniform(Positional):
+    """GPT_uni of Physics of Language Models Part 1: head h = 1..n_head averages the values of the
+    last 2^h - 1 tokens, itself included (windows 1, 3, 7, 15, ...), of those the causal and
+    document masks allow, so near a document start it averages what there is.
+
+    No parameters: the bias is 0 inside a head's window and -inf outside, and the queries are
+    zeroed so the query-key term adds nothing to it.
+    """
+
+    flash_compatible = False
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        # 2^62 - 1 tokens: wider than any sequence, and still an int64 however many heads
+        self.windows = [2 ** min(h, 62) - 1 for h in range(1, config.n_head + 1)]
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(q), k  # no content in the scores
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        # keys ahead of the query (negative distances) are masked anyway
+        distance = q_pos[:, None, :, None] - k_pos[:, None, None, :]  # [B, 1, Tq, Tk]
+        windows = torch.tensor(self.windows, device=q_pos.device)[:, None, None]  # [H, 1, 1]
+        return torch.where(distance < windows, 0.0, float("-inf"))  # [B, H, Tq, Tk]
