@@ -40,6 +40,11 @@ CONFIGS = {  # family -> name -> overrides
                                       "format=qp", "reask=true", "retry_rate=0.2",
                                       "retry_kind=fake", "retry_mask=true"],
     },
+    "cfg": {
+        "cfg3f": ["grammar=cfg3f", "samples=400", "eval_samples=20", "tokenizer.vocab_size=300"],
+        "random_grammar": ["grammar=random", "random.sizes=[1,2,3,2]", "random.rules=[2,3]",
+                           "samples=300", "eval_samples=10", "tokenizer.vocab_size=300"],
+    },
 }
 
 

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 import configs, launch.cli
 from trainer.config import load_experiment
+from corpus_gen.cfg.grammar import load_grammar
+assert load_grammar("cfg3k").depth == 7  # the grammar tables are package data
 assert Path(launch.cli.__file__).is_relative_to(sys.argv[1]), launch.cli.__file__
 experiment = load_experiment(launch.cli._config_file("experiment", "quickstart"), [])
 shipped = Path(configs.__file__).parent == Path(sys.argv[1]) / "configs"

@@ -90,8 +90,13 @@ def generator_version(config: CorpusConfig) -> str:
 
 
 def corpus_fingerprint(config: CorpusConfig) -> str:
-    """Identifies a corpus: the same config and generator versions give the same bytes."""
-    return fingerprint(config, generator_version(config))
+    """Identifies a corpus: the same config, generator versions and family files (a CFG corpus's
+    grammar, which may come from a user's file the config only names) give the same bytes."""
+    family = get_family(config.family)
+    files = family.files(config) if family.files else {}
+    inputs = "".join(f"/{name}:{hashlib.sha256(data).hexdigest()}"
+                     for name, data in sorted(files.items()))
+    return fingerprint(config, generator_version(config) + inputs)
 
 
 def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
@@ -124,6 +129,9 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
     recorded = _prepare_output(out, fp, log)
     kept: dict[int, _Document] | None = {} if workers == 1 else None
     tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log, kept)
+    files = family.files(config) if family.files else {}
+    for name, data in files.items():  # a few KB: written again on every run
+        atomic_write(out / name, data)
 
     per_shard = config.records_per_shard
     jobs, entries = [], {}
@@ -167,6 +175,9 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
         "shards": shards,
         "eval": [entries[f"eval/{s}.jsonl"] for s in family.eval_sets(config)],
     }
+    if files:
+        manifest["files"] = [{"name": name, "sha256": hashlib.sha256(data).hexdigest(),
+                              "fingerprint": fp} for name, data in files.items()]
     write_json(out / MANIFEST, manifest)
     seconds = time.perf_counter() - began
     sheet = datasheet(manifest, seconds, generated, out)

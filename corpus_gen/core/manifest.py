@@ -43,8 +43,9 @@ def record_progress(out: Path, entry: dict) -> None:
 
 
 def manifest_entries(manifest: dict) -> list[dict]:
-    """Every file entry of a manifest: tokenizer, shards, eval sets."""
-    return [manifest["tokenizer"], *manifest["shards"], *manifest["eval"]]
+    """Every file entry of a manifest: tokenizer, shards, eval sets, the family's files."""
+    return [manifest["tokenizer"], *manifest["shards"], *manifest["eval"],
+            *manifest.get("files", [])]
 
 
 def recorded_entries(out: Path, log) -> dict[str, dict]:

@@ -36,6 +36,8 @@ class Family:
     records: Callable[[CorpusConfig, int, int], Iterator[Record]]
     eval_sets: Callable[[CorpusConfig], dict[str, Callable[[], Iterator[dict]]]]
     batches: Callable[[CorpusConfig, int, int], Iterator[Batch]] | None = None
+    # small files the family writes beside the shards, by name (a CFG corpus's grammar.json)
+    files: Callable[[CorpusConfig], dict[str, bytes]] | None = None
 
     def document_batches(self, config: CorpusConfig, start: int, stop: int) -> Iterator[Batch]:
         """The documents at stream positions [start, stop), in batches of at most BATCH."""
