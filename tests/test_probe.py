@@ -220,8 +220,8 @@ def test_probes_on_a_model_that_saw_the_biographies_beat_probes_on_a_random_mode
 
 
 @pytest.mark.parametrize("key, value, reason", [
-    ("kinds", ["p", "z"], "must be p (biography) or q (name alone)"),
-    ("kinds", [], "must name p and/or q, each once"),
+    ("kinds", ["p", "z"], "must be p, q (bios corpus) or ancestor, boundary (cfg corpus)"),
+    ("kinds", ["q", "q"], "names a kind twice"),
     ("layers", [0, -1], "must be >= 0 (0: the embeddings)"),
     ("layers", [1, 1], "names a layer twice"),
     ("max_people", 1, "must be 0 (all) or >= 2"),
@@ -242,6 +242,14 @@ def test_a_layer_past_the_last_block_is_refused_naming_it(tokenizer, docs, corpu
                                 "has layers 0-2 (0: the embeddings)")
 
 
+def test_a_kind_of_the_other_family_is_refused_naming_it(tokenizer, docs, corpus):
+    model = plant(tokenizer, docs[:2], lambda _: np.ones(3))
+    with pytest.raises(ConfigError) as error:
+        run(context_for(model, tokenizer, corpus), ProbeOptions(kinds=["q", "boundary"]))
+    assert str(error.value) == ("eval.probe.kinds=['q', 'boundary']: boundary is no probe of a "
+                                "bios corpus: it has p, q")
+
+
 def test_a_corpus_without_biographies_is_refused_in_one_line(tokenizer, docs, corpus, tmp_path):
     model = plant(tokenizer, docs[:2], lambda _: np.ones(3))
     damaged = tmp_path / "damaged"
@@ -257,7 +265,7 @@ def test_a_corpus_without_biographies_is_refused_in_one_line(tokenizer, docs, co
                                 "tokenizer.sample_records=20"], schemas())
     generate_corpus(config, tmp_path / "igsm", progress=False, log=lambda *_: None)
     with pytest.raises(TrainError, match=r"igsm: a igsm corpus; the probe task needs a bios "
-                                         r"corpus$"):
+                                         r"or cfg corpus$"):
         run(context_for(model, tokenizer, tmp_path / "igsm"), ProbeOptions())
 
 
