@@ -100,7 +100,7 @@ class Grammar:
     def token_scale(self) -> float:
         """exp(expected -log P(derivation) per terminal): probabilities of spans are kept
         multiplied by token_scale ** length, which is exact (lengths add up along a derivation)
-        and keeps a typical string's probability near 1 instead of underflowing (cfg3f: ~1e-60)."""
+        and keeps a typical string's probability near 1 instead of underflowing (cfg3f: ~1e-80)."""
         length = np.ones(self.terminals)
         surprise = np.zeros(self.terminals)
         for level in reversed(self.levels):

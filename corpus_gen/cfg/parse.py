@@ -17,7 +17,7 @@ beta_0[root, 0, p] for the end of the string, over P(w[:p]), which is pre_0[root
 
 Scaling: every span's value is kept multiplied by K ** (its length) with K = grammar.token_scale,
 which is exact since lengths add along a derivation, and keeps a 250-token string's probability
-(~1e-60 for cfg3f) and its prefixes' in range; ratios come out unscaled.
+(~1e-80 for cfg3f) and its prefixes' in range; ratios come out unscaled.
 
 The kernels are compiled with numba (cached on disk after the first call).
 """
