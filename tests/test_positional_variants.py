@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.test_model import packed_batch
 from trainer.eval.generation import generate
 from trainer.model import GPT, ModelConfig
 from trainer.model import attention as attention_module
@@ -26,18 +27,6 @@ def build(pos: str, seed: int = 0, **overrides) -> GPT:
     config = {"n_layer": 2, "n_head": 4, "d_model": 64, "vocab_size": VOCAB, "ctx": 64,
               "pos": pos, "init_std": 0.1, **overrides}
     return GPT(ModelConfig(**config)).eval()
-
-
-def packed_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Two rows of 20 tokens packing documents of lengths (6, 9, 5) and (12, 8): ids, positions
-    restarting at each document, and the document index within the row."""
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, VOCAB, (2, 20), generator=generator)
-    positions, docs = [], []
-    for lengths in ((6, 9, 5), (12, 8)):
-        positions.append(torch.cat([torch.arange(n) for n in lengths]))
-        docs.append(torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]))
-    return ids, torch.stack(positions), torch.stack(docs)
 
 
 def attention_weights(model: GPT, monkeypatch, *inputs) -> list[torch.Tensor]:

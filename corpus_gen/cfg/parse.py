@@ -49,13 +49,34 @@ def _terminal_chart(tokens, terminals, scale):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _grow(vec, low, high, child_beta, a, child_lo, n, out):  # pragma: no cover - compiled
+    """out[m] = sum_k vec[k] * beta(a, k, m): the chain of a rule's children so far, grown by
+    child a. vec is zero outside [low, high]; returns out's bounds likewise (high < 0: none)."""
+    out[:] = 0.0
+    new_low, new_high = n + 1, -1
+    for k in range(low, high + 1):
+        v = vec[k]
+        if v == 0.0:
+            continue
+        for d in range(child_beta.shape[2]):
+            m = k + child_lo + d
+            if m > n:
+                break
+            b = child_beta[a, k, d]
+            if b != 0.0:
+                out[m] += v * b
+                new_low = min(new_low, m)
+                new_high = max(new_high, m)
+    return new_low, new_high
+
+
+@njit(cache=True)
 def _inside_level(child_beta, child_lo, first, length, child, weight, parent,
                   symbols, lo, width, n, root):  # pragma: no cover - compiled
     """beta of one level from the level below it (see the module docstring)."""
     beta = np.zeros((symbols, n + 1, width))
     vec = np.zeros(n + 1)
     nxt = np.zeros(n + 1)
-    child_width = child_beta.shape[2]
     starts = 1 if root else n
     for r in range(len(length)):
         s = parent[r]
@@ -65,23 +86,8 @@ def _inside_level(child_beta, child_lo, first, length, child, weight, parent,
             low = high = i  # vec is zero outside [low, high]
             for c in range(length[r]):
                 a = child[r, c]
-                nxt[:] = 0.0
-                new_low, new_high = n + 1, -1
-                for k in range(low, high + 1):
-                    v = vec[k]
-                    if v == 0.0:
-                        continue
-                    for d in range(child_width):
-                        m = k + child_lo + d
-                        if m > n:
-                            break
-                        b = child_beta[a, k, d]
-                        if b != 0.0:
-                            nxt[m] += v * b
-                            new_low = min(new_low, m)
-                            new_high = max(new_high, m)
+                low, high = _grow(vec, low, high, child_beta, a, child_lo, n, nxt)
                 vec, nxt = nxt, vec
-                low, high = new_low, new_high
                 if high < 0:
                     break
             if high < 0:
@@ -106,7 +112,6 @@ def _prefix_level(child_beta, child_lo, child_pre, length, child, weight, parent
     """pre of one level from the level below (see the module docstring); e < reach."""
     terminals = child_pre.shape[3]
     child_reach = child_pre.shape[2]
-    child_width = child_beta.shape[2]
     pre = np.zeros((symbols, n + 1, reach, terminals))
     vec = np.zeros(n + 1)
     nxt = np.zeros(n + 1)
@@ -133,23 +138,8 @@ def _prefix_level(child_beta, child_lo, child_pre, length, child, weight, parent
                             pre[s, i, p - i, t] += w * v * child_pre[a, k, e, t]
                 if c == length[r] - 1:
                     break
-                nxt[:] = 0.0
-                new_low, new_high = n + 1, -1
-                for k in range(low, high + 1):
-                    v = vec[k]
-                    if v == 0.0:
-                        continue
-                    for d in range(child_width):
-                        m = k + child_lo + d
-                        if m > n:
-                            break
-                        b = child_beta[a, k, d]
-                        if b != 0.0:
-                            nxt[m] += v * b
-                            new_low = min(new_low, m)
-                            new_high = max(new_high, m)
+                low, high = _grow(vec, low, high, child_beta, a, child_lo, n, nxt)
                 vec, nxt = nxt, vec
-                low, high = new_low, new_high
                 if high < 0:
                     break
     return pre
