@@ -48,6 +48,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from peer_imports import stubbed_modules
+
 _LANO = Path("data-synthetic-pretrain") / "Lano-cfg"
 _MODULE = "data_cfg"
 ENV = "PHYSLM4_CHECKOUT"
@@ -81,16 +83,8 @@ def load_official(checkout: str | Path | None) -> types.ModuleType:
         importlib.import_module("xlsxwriter")
     except ImportError:
         stubs["xlsxwriter"] = types.ModuleType("xlsxwriter")
-    saved = {name: sys.modules.get(name) for name in stubs}
-    sys.modules.update(stubs)
-    try:
+    with stubbed_modules(stubs):
         return importlib.import_module(_MODULE)
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 Seconds = tuple[float, float]  # (wall, CPU of this process)

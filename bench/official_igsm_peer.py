@@ -37,6 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from peer_imports import stubbed_modules
+
 PRESETS = {"med": (15, 20), "hard": (21, 28)}  # official README: (max_op, max_edge)
 _PACKAGES = ("const", "data_gen", "math_gen", "tools")
 
@@ -90,17 +92,9 @@ def load_official(checkout: str | Path) -> type:
         importlib.import_module("pandas")
     except ImportError:
         stubs["pandas"] = _stub("pandas")
-    saved = {name: sys.modules.get(name) for name in stubs}
-    sys.modules.update(stubs)
-    try:
+    with stubbed_modules(stubs):
         importlib.import_module("tools.tools")
         id_gen = importlib.import_module("data_gen.pretrain.id_gen")
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
     return id_gen.IdGen
 
 
