@@ -19,7 +19,7 @@ from torch import nn
 import trainer.eval.cfg as cfg
 from corpus_gen.cfg.family import text
 from corpus_gen.cfg.grammar import Grammar, random_grammar
-from corpus_gen.cfg.parse import membership, next_token_distribution
+from corpus_gen.cfg.parse import log_probability, membership, next_token_distribution
 from corpus_gen.cfg.sample import sample
 from corpus_gen.core.config import load_config
 from corpus_gen.core.errors import ConfigError
@@ -164,15 +164,15 @@ def test_verdicts_name_why_a_string_is_no_member(two_corpus):
 
 
 def test_log_probability_is_the_grammars_and_never_underflows():
-    assert cfg.log_probability(TWO, [0, 1, 2] * 3) == pytest.approx(-math.log(2))
+    assert log_probability(TWO, [0, 1, 2] * 3) == pytest.approx(-math.log(2))
     drawn = sample(SMALL, 7, np.arange(5))
     for i in range(len(drawn)):
         string = drawn.string(i).tolist()
         choices = len(drawn.rule_list(i))  # P(one derivation) = product of 1/(rules) per node
-        assert cfg.log_probability(SMALL, string) >= -choices * math.log(3) - 1e-9
+        assert log_probability(SMALL, string) >= -choices * math.log(3) - 1e-9
     long = random_grammar("deep", (1, 3, 3, 3, 3, 3, 3, 3, 3), (3, 4), (2, 3), 0)
     string = sample(long, 1, np.arange(1)).string(0).tolist()
-    assert len(string) > 1000 and math.isfinite(cfg.log_probability(long, string))
+    assert len(string) > 1000 and math.isfinite(log_probability(long, string))
 
 
 def test_an_oracle_of_the_true_distribution_scores_one_and_kl_zero(two_corpus, tmp_path):

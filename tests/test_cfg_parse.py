@@ -264,6 +264,9 @@ def test_non_members_name_why():
     tokens = sample(grammar, 8, np.arange(1)).string(0)
     assert membership(grammar, []).reason == "empty string"
     assert membership(grammar, np.array([], dtype=np.int64)).reason == "empty string"
+    assert membership(grammar, tokens).kind == "member"
+    assert [membership(grammar, w).kind for w in ([], [3] * 100, tokens[:63])] == [
+        "empty", "alphabet", "length"]
     bad = tokens.copy()
     bad[10] = 3
     assert membership(grammar, bad).reason == "token 3 outside the alphabet 0..2"
@@ -278,7 +281,8 @@ def test_non_members_name_why():
         changed[j] = (changed[j] + 1) % 3
         verdicts.append(membership(grammar, changed))
     refused = [v for v in verdicts if not v.member]
-    assert refused and all(v.reason == "no derivation" for v in refused)
+    assert refused and all(v.reason == "no derivation" and v.kind == "no_derivation"
+                           for v in refused)
     assert membership(grammar, np.concatenate([tokens, tokens[:5]])).reason == "no derivation" \
         or membership(grammar, np.concatenate([tokens, tokens[:5]])).member
     for w in ([], [3, 0]):

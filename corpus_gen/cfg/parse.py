@@ -24,6 +24,7 @@ The kernels are compiled with numba (cached on disk after the first call).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +36,9 @@ from corpus_gen.cfg.grammar import Grammar
 @dataclass
 class Verdict:
     member: bool
-    reason: str = ""  # why not, for a non-member
+    kind: str = "member"  # else why not, as a key to count by: empty | alphabet | length |
+    # no_derivation
+    reason: str = ""  # the same in words, naming the token or the length
 
 
 @njit(cache=True)
@@ -176,29 +179,41 @@ def membership(grammar: Grammar, tokens) -> Verdict:
     """Whether a string of terminal indices (0..T-1) is in the language, and why not."""
     tokens = np.asarray(tokens, dtype=np.int64)
     if len(tokens) == 0:
-        return Verdict(False, "empty string")
+        return Verdict(False, "empty", "empty string")
     outside = tokens[(tokens < 0) | (tokens >= grammar.terminals)]
     if len(outside):
-        return Verdict(False, f"token {int(outside[0])} outside the alphabet "
-                              f"0..{grammar.terminals - 1}")
+        return Verdict(False, "alphabet", f"token {int(outside[0])} outside the alphabet "
+                                          f"0..{grammar.terminals - 1}")
     low, high = (int(b[0]) for b in grammar.yield_bounds[0])
     if not low <= len(tokens) <= high:
-        return Verdict(False, f"length {len(tokens)} outside the language's [{low}, {high}]")
-    lo = _bands(grammar, len(tokens))[0][0]
-    if inside(grammar, tokens)[0][0, 0, len(tokens) - lo] > 0:  # scaled: no underflow
+        return Verdict(False, "length",
+                       f"length {len(tokens)} outside the language's [{low}, {high}]")
+    if _scaled_root(grammar, tokens, None) > 0:  # scaled: no underflow
         return Verdict(True)
-    return Verdict(False, "no derivation")
+    return Verdict(False, "no_derivation", "no derivation")
 
 
-def root_probability(grammar: Grammar, tokens: np.ndarray, charts=None) -> float:
-    """P(the grammar generates exactly `tokens`), unscaled (may underflow to 0 for very long
-    strings; membership uses the scaled value)."""
+def _scaled_root(grammar: Grammar, tokens: np.ndarray, charts) -> float:
+    """The root's chart entry for the whole string: P(tokens) * token_scale ** len(tokens)."""
     charts = charts if charts is not None else inside(grammar, tokens)
     n = len(tokens)
     lo, width = _bands(grammar, n)[0]
-    if not lo <= n < lo + width:
-        return 0.0
-    return float(charts[0][0, 0, n - lo]) * grammar.token_scale ** -n
+    return float(charts[0][0, 0, n - lo]) if lo <= n < lo + width else 0.0
+
+
+def log_probability(grammar: Grammar, tokens, charts=None) -> float:
+    """log P(the grammar generates exactly `tokens`), from the scaled chart: finite for a member
+    of any length (the unscaled probability of a 1,000-terminal string underflows); -inf for a
+    non-member."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    scaled = _scaled_root(grammar, tokens, charts)
+    return math.log(scaled) - len(tokens) * math.log(grammar.token_scale) if scaled else -math.inf
+
+
+def root_probability(grammar: Grammar, tokens, charts=None) -> float:
+    """P(the grammar generates exactly `tokens`) (0.0 where it underflows: see log_probability)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    return _scaled_root(grammar, tokens, charts) * grammar.token_scale ** -len(tokens)
 
 
 def parse(grammar: Grammar, tokens) -> list[int] | None:
@@ -229,13 +244,12 @@ def _span(charts, bands, level: int, symbol: int, start: int, end: int) -> float
 
 def _split(grammar: Grammar, charts, bands, level: int, symbol: int, start: int, end: int):
     """The first rule of `symbol` (and child spans) that derives w[start:end]."""
-    table = grammar.tables[level]
     for choice, rule in enumerate(grammar.levels[level][symbol]):
         found = _spans(charts, bands, level + 1, rule, start, end)
         if found is not None:
             return choice, found
     raise AssertionError(f"level {level} symbol {symbol} [{start}, {end}) has no derivation "
-                         f"though its inside probability is positive ({table.weight[0]})")
+                         "though its inside probability is positive")
 
 
 def _spans(charts, bands, level: int, rule: tuple[int, ...], start: int, end: int):

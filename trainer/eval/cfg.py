@@ -51,7 +51,7 @@ import torch
 
 from corpus_gen.cfg.family import user_symbols
 from corpus_gen.cfg.grammar import Grammar, GrammarError, load_grammar
-from corpus_gen.cfg.parse import inside, membership, next_token_distribution
+from corpus_gen.cfg.parse import log_probability, membership, next_token_distribution
 from corpus_gen.core.config import require
 from corpus_gen.core.io import atomic_write
 from corpus_gen.core.tokenizer import Tokenizer
@@ -155,29 +155,16 @@ def read_grammar(corpus_dir: Path) -> Grammar:
 def verdict(grammar: Grammar, spelling: Spelling, prefix: list[int], ids: list[int],
             stopped: bool) -> tuple[list[int] | None, str | None]:
     """The whole string (terminal indices) of a prefix and a generated continuation (cut before
-    EOS; `stopped`: EOS came), and why it is no member (None: a member)."""
+    EOS; `stopped`: EOS came), and why it is no member (None: a member; else `non_terminal`,
+    `no_eos` or the membership DP's kind: `empty`, `length`, `no_derivation`)."""
     continuation = spelling.read(ids)
     if continuation is None:
         return None, "non_terminal"
     if not stopped:
         return None, "no_eos"
     string = prefix + continuation
-    shortest, longest = (int(bound[0]) for bound in grammar.yield_bounds[0])
-    if not string:
-        return string, "empty"
-    if not shortest <= len(string) <= longest:
-        return string, "length"
-    return string, None if membership(grammar, string).member else "no_derivation"
-
-
-def log_probability(grammar: Grammar, terminals: list[int]) -> float:
-    """log P(the grammar generates exactly `terminals`) for a member, from the scaled inside
-    chart (parse.py keeps spans multiplied by token_scale ** length): unlike the unscaled
-    `root_probability`, it never underflows, whatever the length."""
-    lowest = int(grammar.yield_bounds[0][0].min())  # the root's band starts there
-    chart = inside(grammar, np.asarray(terminals, dtype=np.int64))[0]
-    scaled = chart[0, 0, len(terminals) - lowest]
-    return math.log(scaled) - len(terminals) * math.log(grammar.token_scale)
+    found = membership(grammar, string)
+    return string, None if found.member else found.kind
 
 
 def _prompts(rows: list[dict], length: int, samples: int) -> list[dict]:
