@@ -3,12 +3,18 @@
 Shard i holds stream positions [i*R, (i+1)*R) and is a pure function of (config, i), so any
 number of worker processes writes the same bytes. A rerun keeps every file whose progress record
 still verifies and regenerates the rest; the manifest is written last.
+
+A corpus can also be written in parts, each a job of its own (a Slurm array): "prepare" (the
+tokenizer, the family's files, the eval sets), then "shards" parts of disjoint shard ranges at
+the same time, then a full gen that finds them done and writes the manifest: the same bytes as
+one run.
 """
 
 import functools
 import gc
 import hashlib
 import multiprocessing
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -28,7 +34,9 @@ from corpus_gen.core.io import (
     LOCK,
     atomic_path,
     atomic_write,
+    busy,
     directory_lock,
+    lock_holder,
     remove_stale_temporaries,
 )
 from corpus_gen.core.manifest import (
@@ -99,9 +107,48 @@ def corpus_fingerprint(config: CorpusConfig) -> str:
     return fingerprint(config, generator_version(config) + inputs)
 
 
+@dataclass(frozen=True)
+class Part:
+    """A piece of a corpus that a job of its own writes (a Slurm array task): "prepare" the
+    tokenizer, the family's files and the eval sets; "shards" the training shards with index in
+    [start, stop). Neither writes the manifest: a full gen afterwards finds every part done,
+    regenerates what a failed part left missing, and writes it."""
+
+    kind: str
+    start: int = 0
+    stop: int = 0
+
+    def __post_init__(self):
+        if self.kind != "prepare" and not (self.kind == "shards" and 0 <= self.start < self.stop):
+            raise CorpusError(f"{self!r}: not a part of a corpus; expected Part('prepare') or "
+                              "Part('shards', start, stop) with 0 <= start < stop")
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "prepare" else f"shards:{self.start}-{self.stop}"
+
+
+def parse_part(text: str) -> Part:
+    """`prepare` or `shards:START-STOP` (STOP exclusive) as a Part."""
+    match = re.fullmatch(r"prepare|shards:([0-9]+)-([0-9]+)", text)
+    if match and match[1] is None:
+        return Part("prepare")
+    if match and int(match[1]) < int(match[2]):
+        return Part("shards", int(match[1]), int(match[2]))
+    raise CorpusError(f"part {text!r}: expected 'prepare' or 'shards:START-STOP' (whole numbers, "
+                      "START < STOP, STOP exclusive)")
+
+
+def shard_count(config: CorpusConfig) -> int:
+    """How many training shards the corpus of `config` has."""
+    records = get_family(config.family).layout(config).records
+    return -(-records // config.records_per_shard)
+
+
 def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
-                    progress: bool | None = None, log=print) -> dict:
-    """Generate (or repair) the corpus of `config` in `out`; return the manifest."""
+                    progress: bool | None = None, log=print, part: Part | None = None
+                    ) -> dict | None:
+    """Generate (or repair) the corpus of `config` in `out`; return the manifest. Given a `part`,
+    generate (or repair) only that part's files and return None."""
     if workers < 1:
         raise CorpusError(f"workers={workers}: must be >= 1")
     _check_output(out)
@@ -110,41 +157,86 @@ def generate_corpus(config: CorpusConfig, out: Path, workers: int = 1,
     except OSError as exc:
         raise CorpusError(f"{out}: cannot write the output directory: "
                           f"{exc.strerror or exc}") from None
-    with directory_lock(out, "physlm gen"):
+    what = "physlm gen" + (f" part {part}" if part else "")
+    with directory_lock(out, what, _lock_name(part)):
+        _refuse_overlapping_writers(out, part)
         # What was imported before (torch's ~150,000 objects in `physlm run`) stays out of the
         # full collections generation triggers, each of which would otherwise walk it again.
         gc.freeze()
         try:
-            return _generate(config, out, workers, progress, log)
+            return _generate(config, out, workers, progress, log, part)
         finally:
             gc.unfreeze()
 
 
-def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | None,
-              log) -> dict:
+# `.lock` (a full gen), `.lock-prepare`, `.lock-shards-000000-000004` (parts)
+_LOCK_NAME = re.compile(re.escape(LOCK) + r"(-prepare|-shards-([0-9]+)-([0-9]+))?")
+
+
+def _lock_name(part: Part | None) -> str:
+    if part is None:
+        return LOCK
+    if part.kind == "prepare":
+        return f"{LOCK}-prepare"
+    return f"{LOCK}-shards-{part.start:06d}-{part.stop:06d}"
+
+
+def _refuse_overlapping_writers(out: Path, part: Part | None) -> None:
+    """Refuse to start beside a live writer that may write the same files or remove their
+    temporaries: any other writer but a shards part of a disjoint range (another task of the
+    array). Each writer takes its own lock before it looks at the others', so of two that start
+    together at least one sees the other."""
+    for path in out.glob(f"{LOCK}*"):
+        other = _LOCK_NAME.fullmatch(path.name)
+        if not other or path.name == _lock_name(part) or _disjoint(part, other):
+            continue
+        holder = lock_holder(path)
+        if holder:
+            raise busy(out, holder)
+
+
+def _disjoint(part: Part | None, lock: re.Match) -> bool:
+    """Whether `part` and the writer of a lock file are shards parts of disjoint ranges."""
+    if part is None or part.kind != "shards" or lock[2] is None:
+        return False
+    return int(lock[3]) <= part.start or part.stop <= int(lock[2])
+
+
+def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | None, log,
+              part: Part | None) -> dict | None:
     began = time.perf_counter()
     family = get_family(config.family)
     layout = family.layout(config)
     fp = corpus_fingerprint(config)
-    recorded = _prepare_output(out, fp, log)
-    kept: dict[int, _Document] | None = {} if workers == 1 else None
-    tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log, kept)
-    files = family.files(config) if family.files else {}
+    prepares = part is None or part.kind == "prepare"
+    files = family.files(config) if prepares and family.files else {}
+    eval_sets = list(family.eval_sets(config)) if prepares else []
+    indices = _shard_indices(shard_count(config), part)
+    names = [*([TOKENIZER] if prepares else []), *files, *map(_eval_name, eval_sets),
+             *map(shard_name, indices)]
+    recorded = _prepare_output(out, fp, log, part, None if part is None else names)
+    # the tokenizer-sample documents kept for the shards (one worker, whole corpus)
+    kept: dict[int, _Document] | None = {} if workers == 1 and part is None else None
+    if prepares:
+        tokenizer_entry = _ensure_tokenizer(config, family, layout, out, fp, recorded, log, kept)
+    else:
+        tokenizer_entry = _prepared_tokenizer(out, fp, recorded)
     for name, data in files.items():  # a few KB: written again on every run
         atomic_write(out / name, data)
 
     per_shard = config.records_per_shard
     jobs, entries = [], {}
-    for index, start in enumerate(range(0, layout.records, per_shard)):
+    for index in indices:
         name = shard_name(index)
         entry = _kept(out, name, fp, recorded, log)
         if entry and entry.get("tokenizer") == tokenizer_entry["sha256"]:
             entries[name] = entry
             continue
+        start = index * per_shard
         jobs.append(Job(config, str(out), fp, name, start, min(start + per_shard,
                                                                   layout.records)))
-    for set_name in family.eval_sets(config):
-        name = f"eval/{set_name}.jsonl"
+    for set_name in eval_sets:
+        name = _eval_name(set_name)
         entry = _kept(out, name, fp, recorded, log)
         if entry:
             entries[name] = entry
@@ -158,8 +250,12 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
         entries[entry["name"]] = entry
         bar.update(entry.get("stop", 0) - entry.get("start", 0))
     bar.close()
+    if part:
+        log(f"{out}: part {part}: generated {len(jobs)} files ({generated:,} documents), kept "
+            f"{len(entries) - len(jobs)}")
+        return None
 
-    shards = [entries[shard_name(i)] for i in range(len(range(0, layout.records, per_shard)))]
+    shards = [entries[shard_name(i)] for i in indices]
     manifest = {
         "format": FORMAT,
         "family": config.family,
@@ -173,7 +269,7 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
         "summary": layout.summary,
         "tokenizer": tokenizer_entry,
         "shards": shards,
-        "eval": [entries[f"eval/{s}.jsonl"] for s in family.eval_sets(config)],
+        "eval": [entries[_eval_name(s)] for s in eval_sets],
     }
     if files:
         manifest["files"] = [{"name": name, "sha256": hashlib.sha256(data).hexdigest(),
@@ -186,34 +282,64 @@ def _generate(config: CorpusConfig, out: Path, workers: int, progress: bool | No
     return manifest
 
 
+def _eval_name(set_name: str) -> str:
+    return f"eval/{set_name}.jsonl"
+
+
+def _shard_indices(count: int, part: Part | None) -> range:
+    """The shards a run writes: all of them (full gen), none (prepare) or the part's range,
+    clipped to the corpus (an array may have more tasks than the corpus shards)."""
+    if part is None:
+        return range(count)
+    if part.kind == "prepare":
+        return range(0)
+    return range(min(part.start, count), min(part.stop, count))
+
+
 def _check_output(out: Path) -> None:
     """Refuse, before writing anything, a path that is a file or a foreign non-empty directory."""
     if out.exists() and not out.is_dir():
         raise CorpusError(f"{out}: exists and is not a directory")
     physlm = (out / MANIFEST).exists() or (out / PROGRESS).is_dir()
-    if out.is_dir() and not physlm and any(p.name != LOCK for p in out.iterdir()):
+    if out.is_dir() and not physlm and any(not _LOCK_NAME.fullmatch(p.name)
+                                           for p in out.iterdir()):
         raise CorpusError(f"{out}: not empty and not a physlm corpus directory; refusing to "
                           "write into it (choose another --out)")
 
 
-def _prepare_output(out: Path, fp: str, log) -> dict[str, dict]:
-    """Check that `out` holds nothing but this corpus; return what earlier runs recorded."""
+def _prepare_output(out: Path, fp: str, log, part: Part | None,
+                    own: list[str] | None) -> dict[str, dict]:
+    """Check that `out` holds nothing but this corpus; return what earlier runs recorded. A part
+    removes the stale temporaries of its `own` files only: other parts may be writing theirs."""
     recorded = recorded_entries(out, log)
     other = {entry.get("fingerprint") for entry in recorded.values()} - {fp}
     if other:
         raise CorpusError(f"{out}: holds a corpus of another config or code version "
                           f"(fingerprint {sorted(map(str, other))[0]}, this config {fp}); choose "
                           "another --out or remove it yourself")
+    # a write probe of this writer's own: concurrent parts must not remove each other's
+    probe = out / PROGRESS / ("write-probe" + _lock_name(part).removeprefix(LOCK))
     try:
         for sub in ("train", "eval", PROGRESS):
             (out / sub).mkdir(parents=True, exist_ok=True)
-        atomic_write(out / PROGRESS / "write-probe", b"")
-        (out / PROGRESS / "write-probe").unlink()
+        atomic_write(probe, b"")
+        probe.unlink()
     except (OSError, CorpusError) as exc:
         raise CorpusError(f"{out}: cannot write the output directory: "
                           f"{getattr(exc, 'strerror', None) or exc}") from None
-    remove_stale_temporaries(out)
+    targets = None if own is None else {probe, *(out / name for name in own),
+                                        *(progress_path(out, name) for name in own)}
+    remove_stale_temporaries(out, targets)
     return recorded
+
+
+def _prepared_tokenizer(out: Path, fp: str, recorded: dict[str, dict]) -> dict:
+    """The tokenizer the prepare part wrote. A shards part never trains or copies one itself:
+    the tasks of an array run at once, and all must encode with the same."""
+    entry = recorded.get(TOKENIZER)
+    if entry and is_intact(out, entry, fp):
+        return entry
+    raise CorpusError(f"{out}: no tokenizer of this corpus there; run the prepare part first")
 
 
 def _kept(out: Path, name: str, fp: str, recorded: dict[str, dict], log) -> dict | None:

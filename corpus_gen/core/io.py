@@ -1,5 +1,5 @@
-"""Files appear whole or not at all: write to a temporary name, then rename; one writer per
-directory at a time."""
+"""Files appear whole or not at all: write to a temporary name, then rename; each writer holds
+a lock file in the directory, which no other writer can take while its holder lives."""
 
 import errno
 import fcntl
@@ -7,7 +7,7 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,18 +42,21 @@ def atomic_write(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
-def remove_stale_temporaries(directory: Path) -> None:
-    """Drop temporaries left by a killed run; they never hold a finished file. Call it only while
-    holding the directory's lock: another writer's temporaries are not stale."""
+def remove_stale_temporaries(directory: Path, targets: Collection[Path] | None = None) -> None:
+    """Drop temporaries left by a killed run; they never hold a finished file. Given `targets`,
+    only the temporaries of those files: the caller's lock covers only them, and another
+    writer's temporaries are not stale. Call it only while holding that lock."""
     for tmp in directory.rglob(f".*{TMP_MARK}*"):
-        tmp.unlink(missing_ok=True)
+        target = tmp.with_name(tmp.name[1:].rpartition(TMP_MARK)[0])
+        if targets is None or target in targets:
+            tmp.unlink(missing_ok=True)
 
 
 @contextmanager
-def directory_lock(directory: Path, what: str) -> Iterator[None]:
-    """Hold `directory`/.lock while the block runs; a second writer fails at once with a line
+def directory_lock(directory: Path, what: str, name: str = LOCK) -> Iterator[None]:
+    """Hold `directory`/`name` while the block runs; a second writer fails at once with a line
     saying who holds it. The kernel drops the lock when its process dies, however it dies."""
-    path = directory / LOCK
+    path = directory / name
     with open(path, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -62,9 +65,7 @@ def directory_lock(directory: Path, what: str) -> Iterator[None]:
                 raise BlockingIOError
         except (BlockingIOError, FileNotFoundError):
             f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise CorpusError(f"{directory}: {holder} is writing here; wait for it to finish or "
-                              "choose another directory") from None
+            raise busy(directory, f.read().strip() or "another process") from None
         f.seek(0)
         f.truncate()
         f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()}, since "
@@ -74,6 +75,25 @@ def directory_lock(directory: Path, what: str) -> Iterator[None]:
             yield
         finally:
             path.unlink(missing_ok=True)
+
+
+def lock_holder(path: Path) -> str | None:
+    """Who holds the lock file `path` (the line its holder wrote), or None if no live process
+    does. The probe takes a shared lock, so probes never block one another."""
+    try:
+        with open(path) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return f.read().strip() or "another process"
+            return None  # closing the file drops the probe's lock
+    except FileNotFoundError:  # its holder finished
+        return None
+
+
+def busy(directory: Path, holder: str) -> CorpusError:
+    return CorpusError(f"{directory}: {holder} is writing here; wait for it to finish or choose "
+                       "another directory")
 
 
 def sha256_file(path: Path) -> str:
