@@ -2,7 +2,8 @@
 
 The loop's pieces live in their own modules (data, checkpoint, schedule, tracking); this file
 wires them: build the model and DeepSpeed engine into a TrainState, resume it if asked, step,
-log, checkpoint, and stop with the last good checkpoint intact if the loss stops being finite.
+log, checkpoint, and stop with the last good checkpoint intact if the loss stops being finite,
+or with a fresh one when asked to (preemption: trainer.preempt).
 """
 
 import json
@@ -30,10 +31,11 @@ from trainer.checkpoint import TrainState
 from trainer.config import Experiment, TrainConfig
 from trainer.data import IGNORE_INDEX, PackedBatches
 from trainer.distributed import Dist, setup
-from trainer.errors import TrainError
+from trainer.errors import Preempted, TrainError
 from trainer.finetune import load_parent
 from trainer.lora import add_adapters
 from trainer.model import GPT, ModelConfig
+from trainer.preempt import StopRequest
 from trainer.schedule import lr_factor
 from trainer.tracking import Tracker
 
@@ -81,10 +83,11 @@ def _forward(engine, batch: dict, train: TrainConfig, device: torch.device) -> t
     return lm_loss(logits, batch["labels"])
 
 
-def _mean_over_ranks(value: float, device: torch.device) -> float:
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+def _mean_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    """Each value's mean over the ranks, in one all-reduce."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
-    return tensor.item() / dist.get_world_size()
+    return (tensor / dist.get_world_size()).tolist()
 
 
 def _seed_everything(seed: int) -> None:
@@ -111,6 +114,7 @@ class Trainer:
     checkpoints: Path
     fixed: PackedBatches | None  # the monitoring windows, when train.eval_every > 0
     on_step: Callable[[int, dict], None] | None
+    stop: StopRequest
 
 
 def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
@@ -118,10 +122,20 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     """Train `experiment` on the corpus in `corpus_dir`; artefacts go to `run_dir`.
 
     `on_step(step, metrics)` runs after every optimizer step (tests use it to inject faults).
-    Returns the final metrics.
+    Returns the final metrics. Raises Preempted, with a checkpoint saved, when SIGUSR1, SIGTERM
+    or `<run_dir>/.stop` asks the run to stop before train.max_steps.
     """
+    # the handlers go in first: a signal during DeepSpeed's set-up stops at the first step
+    with StopRequest(run_dir) as stop:
+        return _train(experiment, run_dir, corpus_dir, on_step, stop)
+
+
+def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
+           on_step: Callable[[int, dict], None] | None, stop: StopRequest) -> dict:
     cfg = experiment.train
     world = setup()
+    if world.rank == 0:
+        stop.watch_file()
     manifest = _corpus_manifest(corpus_dir)
     model_config = model_for_corpus(experiment.model, cfg, manifest)
     try:
@@ -168,13 +182,17 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     # made after the resume: a refused checkpoint starts no W&B run
     tracker = Tracker(run_dir, experiment.name, _flat_config(experiment, corpus_dir, manifest),
                       cfg.wandb.mode, cfg.wandb.project, cfg.wandb.entity,
-                      enabled=world.rank == 0)
+                      enabled=world.rank == 0, group=cfg.wandb.group, tags=cfg.wandb.tags)
     tracker.forget_after(state.step)  # the steps after the checkpoint are logged again
     # the monitoring windows: the first `eval_batches` of the corpus in manifest order
     fixed = (PackedBatches(corpus_dir, replace(cfg, shuffle_shards=False), world.rank,
                            world.world_size) if cfg.eval_every else None)
-    metrics = _loop(Trainer(cfg, world, state, tracker, checkpoints, fixed, on_step))
+    metrics, stopped = _loop(Trainer(cfg, world, state, tracker, checkpoints, fixed, on_step,
+                                     stop))
     tracker.finish()
+    if stopped:
+        stop.done()
+        raise Preempted(state.step, stopped, stop.file)
     return metrics
 
 
@@ -225,7 +243,9 @@ def _resume(state: TrainState, checkpoints: Path, cfg: TrainConfig) -> None:
     checkpoint.load(state, path)
 
 
-def _loop(trainer: Trainer) -> dict:
+def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
+    """Train to train.max_steps; returns the last metrics logged, and the checkpoint saved on
+    stopping early when asked to (None when the run reached max_steps)."""
     cfg, world, state = trainer.cfg, trainer.world, trainer.state
     checkpoints = trainer.checkpoints
     engine, model, start = state.engine, state.engine.module, state.step  # module: the GPT
@@ -235,6 +255,7 @@ def _loop(trainer: Trainer) -> dict:
     peak = peak_flops(world.device)
     metrics: dict = {}
     last_saved = start if start else None
+    stopped = None
     # DeepSpeed reports no gradient norm for a plain fp32 ZeRO-0 step: measure it ourselves
     own_norm = engine.zero_optimization_stage() == 0 and cfg.precision == "fp32"
     bar = tqdm(total=cfg.max_steps, initial=start, unit="step", dynamic_ncols=True,
@@ -250,7 +271,10 @@ def _loop(trainer: Trainer) -> dict:
                 grad_norm = _grad_norm(model)  # before the step clips and zeroes them
             engine.step()
             loss_sum += loss.item()
-        loss_value = _mean_over_ranks(loss_sum / cfg.grad_accum, world.device)
+        # the stop request rides on the loss's all-reduce: every rank stops at the same step,
+        # whichever ranks were asked, without a second collective per step
+        loss_value, asked = _mean_over_ranks(
+            [loss_sum / cfg.grad_accum, float(trainer.stop.requested())], world.device)
         done = state.step = step + 1
         bar.update()
         if not math.isfinite(loss_value):
@@ -288,8 +312,12 @@ def _loop(trainer: Trainer) -> dict:
             timer, timed_from = time.perf_counter(), done  # saving is not training time
         if trainer.on_step is not None:
             trainer.on_step(done, {"loss": loss_value})
+        if asked and done < cfg.max_steps:
+            stopped = (checkpoints / checkpoint.tag(done) if last_saved == done
+                       else checkpoint.save(state, checkpoints, cfg.keep_last))
+            break
     bar.close()
-    return metrics
+    return metrics, stopped
 
 
 def _grad_norm(model: GPT) -> float:
@@ -313,7 +341,7 @@ def _eval_loss(engine, fixed: PackedBatches, cfg: TrainConfig, world: Dist) -> f
         for _, batch in zip(range(cfg.eval_batches), fixed):
             total += _forward(engine, batch, cfg, world.device).item()
     engine.train()
-    return _mean_over_ranks(total / cfg.eval_batches, world.device)
+    return _mean_over_ranks([total / cfg.eval_batches], world.device)[0]
 
 
 def _write_config(run_dir: Path, experiment: Experiment, corpus_dir: Path, manifest: dict,

@@ -1,0 +1,60 @@
+"""Stopping a run on request at a step boundary, with a checkpoint, so that it can be requeued.
+
+Slurm warns a job before its time is up (`--signal=B:USR1@300`); the batch script then creates
+`<run_dir>/.stop` and forwards SIGUSR1 to the job step. Either request, or a SIGTERM, asks the
+loop to save a checkpoint at the next optimizer-step boundary and stop; `train.resume=auto`
+continues from there. The loop combines the request into its per-step all-reduce, so that
+every rank stops at the same step whichever rank was asked.
+"""
+
+import signal
+import threading
+from pathlib import Path
+
+STOP_FILE = ".stop"
+SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+class StopRequest:
+    """While entered, SIGUSR1 and SIGTERM are kept as a request instead of ending the process;
+    `requested()` also sees the stop file once `watch_file()` was called (rank 0 only)."""
+
+    def __init__(self, run_dir: Path):
+        self.file = run_dir / STOP_FILE
+        self.signal: int | None = None
+        self.watching = False
+        self._previous: dict = {}
+
+    def __enter__(self) -> "StopRequest":
+        # Python lets only the main thread install handlers; elsewhere the stop file still works
+        if threading.current_thread() is threading.main_thread():
+            for number in SIGNALS:
+                self._previous[number] = signal.signal(number, self._keep)
+                # restart system calls the signal interrupts: C++ code (gloo, NCCL, DeepSpeed's
+                # I/O) may take an EINTR for a failure
+                signal.siginterrupt(number, False)
+        return self
+
+    def __exit__(self, *_) -> None:
+        for number, previous in self._previous.items():
+            # None: a handler not installed from Python, which cannot be put back; the default
+            # is the nearest
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
+
+    def _keep(self, number: int, _frame) -> None:
+        self.signal = number
+
+    def watch_file(self) -> None:
+        """Look for the stop file at every step from now on, after removing a stale one: the
+        requeued run must not stop at once on the file that stopped its previous job."""
+        self.file.unlink(missing_ok=True)
+        self.watching = True
+
+    def requested(self) -> bool:
+        return self.signal is not None or (self.watching and self.file.exists())
+
+    def done(self) -> None:
+        """The request is served: remove the stop file (if this process watches it)."""
+        if self.watching:
+            self.file.unlink(missing_ok=True)
