@@ -4,7 +4,7 @@
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-GROUPS = ("corpus", "model", "train", "eval", "experiment")
+GROUPS = ("corpus", "model", "train", "eval", "experiment", "sweep", "slurm")
 
 
 def names(group: str) -> list[str]:

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from corpus_gen.core.errors import CorpusError
-from trainer.errors import TrainError
+from trainer.errors import Preempted, TrainError
 
 USER_ERRORS = (CorpusError, TrainError)  # reported as one line, exit code 2
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped on a signal with a checkpoint saved; rerun resumes
 
 VERBS = {  # one line each: the top-level help lists them; each verb's --help opens with its own
     "gen": "generate a corpus from a corpus config: shards, eval sets, tokenizer, manifest",
@@ -21,7 +22,10 @@ VERBS = {  # one line each: the top-level help lists them; each verb's --help op
     "eval": "evaluate a run's latest checkpoint on the tasks in its config (or --task)",
     "run": "all of it for one experiment (or each run of a suite), locally: gen (cached) -> "
            "train -> eval",
-    "report": "compare runs: their metrics beside the papers' numbers, loss curves, eval plots",
+    "sweep": "expand a sweep file over its axes and run every run locally, N at a time",
+    "submit": "submit an experiment, suite or sweep to Slurm: gen array -> train -> eval jobs",
+    "status": "each run's state: pending, running, done, failed (and why), step and loss",
+    "report": "compare runs, or a sweep's runs by axis: tables, paper numbers, plots",
 }
 
 DESCRIPTION = f"""\
@@ -39,7 +43,10 @@ examples:
   physlm gen configs/corpus/bios_s_single.yaml people=2000 --workers 2
   physlm train configs/experiment/quickstart.yaml model.n_layer=2 --run-dir runs/small
   physlm eval runs/quickstart --task qa                # default: the tasks in its config
-  physlm report runs/quickstart runs/small --out report   # compare runs, papers beside"""
+  physlm report runs/quickstart runs/small --out report   # compare runs, papers beside
+  physlm sweep pos_encodings_bios --dry-run            # list a sweep's runs
+  physlm submit igsm_depth_width --dry-run slurm.partition=gpu   # write the sbatch scripts
+  physlm status runs/igsm_depth_width                  # pending / running / done / failed"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,13 +82,14 @@ def _config_file(group: str, name_or_path: str) -> Path:
 
 def _gen(args: argparse.Namespace) -> int:
     from corpus_gen.core.config import load_config
-    from corpus_gen.core.generate import generate_corpus
+    from corpus_gen.core.generate import generate_corpus, parse_part
     from corpus_gen.core.registry import schemas
 
     config = load_config(_config_file("corpus", args.config), args.overrides, schemas())
     out = Path(args.out) if args.out else Path("corpora") / Path(args.config).stem
     progress = False if args.no_progress else None
-    generate_corpus(config, out, workers=args.workers, progress=progress)
+    part = parse_part(args.part) if args.part else None
+    generate_corpus(config, out, workers=args.workers, progress=progress, part=part)
     return 0
 
 
@@ -148,11 +156,84 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from launch.plan import PLAN, read_plan
     from launch.report import report
 
-    print(report([Path(run) for run in args.runs], Path(args.out)))
-    print(f"\nreport | {args.out}: report.md, metrics.csv, loss.png, plots/")
+    root = Path(args.runs[0])
+    if len(args.runs) == 1 and (root / PLAN).is_file() and read_plan(root)[0]["axes"]:
+        from launch.sweep_report import sweep_report
+
+        out = Path(args.out) if args.out else root / "report"
+        print(sweep_report(root, out))
+        print(f"\nreport | {out}: sweep.md, sweep.csv, plots/, runs/ (the runs' own report)")
+        return 0
+    out = Path(args.out or "report")
+    print(report([Path(run) for run in args.runs], out))
+    print(f"\nreport | {out}: report.md, metrics.csv, loss.png, plots/")
     return 0
+
+
+def _plan(args: argparse.Namespace, overrides: list[str]):
+    import configs
+    from launch.plan import load_plan
+
+    # a shipped name is a sweep's or an experiment's (suites are experiments)
+    groups = ("sweep",) if args.verb == "sweep" else ("experiment", "sweep")
+    path = next((p for g in groups if (p := configs.find(g, args.config)) is not None), None)
+    return load_plan(path or _config_file(groups[0], args.config), overrides, args.run_dir)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from launch.local import execute
+    from launch.status import status_table, statuses
+
+    plan = _plan(args, args.overrides)
+    if args.dry_run:
+        print(_plan_listing(plan))
+        return 0
+    execute(plan, jobs=args.jobs, workers=args.workers)
+    rows = statuses(plan.root)
+    print("\n" + status_table(rows))
+    finished = sum(row.state == "done" for row in rows)
+    if finished and plan.axes:
+        from launch.sweep_report import sweep_report
+
+        print(f"\nreport | {plan.root / 'report'}")
+        print(sweep_report(plan.root, plan.root / "report"))
+    return 0 if finished == len(rows) else 1
+
+
+def _plan_listing(plan) -> str:
+    """What a dry run prints: each run with its axis values and directories, each corpus once."""
+    shared = {c.name: sum(r.corpus is c for r in plan.runs) for c in plan.corpora}
+    lines = [f"{plan.kind} {plan.name}: {len(plan.runs)} runs in {plan.root}, "
+             f"{len(plan.corpora)} corpora"]
+    for run in plan.runs:
+        axes = ", ".join(f"{k}={v}" for k, v in run.axes.items())
+        lines.append(f"  {run.name}  [{axes}]" if axes else f"  {run.name}")
+        lines.append(f"      run {run.run_dir}  corpus {run.corpus.out.name}"
+                     + (f"  finetunes {run.parent}" if run.parent else ""))
+    for corpus in plan.corpora:
+        lines.append(f"corpus {corpus.out} (shared by {shared[corpus.name]} runs)")
+    return "\n".join(lines)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from launch.slurm import load_slurm_config, submit
+
+    slurm = [o for o in args.overrides if o.startswith("slurm.")]
+    plan = _plan(args, [o for o in args.overrides if not o.startswith("slurm.")])
+    config = load_slurm_config(plan, args.slurm, [o.removeprefix("slurm.") for o in slurm])
+    submit(plan, config, dry_run=args.dry_run)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from launch.status import status_table, statuses
+
+    rows = statuses(Path(args.path))
+    print(status_table(rows))
+    return 1 if any(row.state == "failed" for row in rows) else 0
 
 
 def _summary_table(name: str, result: dict) -> str:
@@ -188,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--workers", type=_workers, default=1,
                      help="parallel generator processes (>= 1; default 1)")
     gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    gen.add_argument("--part", metavar="PART",
+                     help="generate one part, as a Slurm job array does: `prepare` (tokenizer, "
+                          "evaluation sets), then `shards:START-STOP` (training shards START to "
+                          "STOP-1, in parallel); a plain gen then writes the manifest")
     gen.set_defaults(run=_gen)
 
     verify = verb_parser("verify")
@@ -216,12 +301,40 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=_eval)
 
     report = verb_parser("report")
-    report.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
-    report.add_argument("--out", default="report", metavar="DIR",
-                        help="where report.md, metrics.csv, loss.png and plots/ go (default: "
-                             "report/ in the current folder); a previous report there is "
-                             "replaced, any other directory refused")
+    report.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run directories, or one sweep's root (runs/<sweep>)")
+    report.add_argument("--out", metavar="DIR",
+                        help="where the report goes (default: report/ in the current folder; "
+                             "a sweep's: <root>/report); a previous report there is replaced, "
+                             "any other directory refused")
     report.set_defaults(run=_report)
+
+    for verb, function in (("sweep", _sweep), ("submit", _submit)):
+        sub = verb_parser(verb)
+        sub.add_argument("config", metavar="SWEEP" if verb == "sweep" else "EXPERIMENT",
+                         help="sweep YAML (configs/sweep/*.yaml)" if verb == "sweep" else
+                         "experiment, suite or sweep YAML, or a shipped one's name")
+        sub.add_argument("overrides", nargs="*", help="dotted overrides for every run, e.g. "
+                         "train.max_steps=100" + ("; slurm.KEY=VALUE for the Slurm settings"
+                                                  if verb == "submit" else ""))
+        sub.add_argument("--run-dir", help="the plan's root (default: runs/<name>)")
+        sub.add_argument("--dry-run", action="store_true",
+                         help="list the runs and corpora, run nothing" if verb == "sweep" else
+                         "write the sbatch scripts and print the sbatch lines, submit nothing")
+        if verb == "sweep":
+            sub.add_argument("--jobs", type=_workers, default=1,
+                             help="runs at a time (>= 1; default 1)")
+            sub.add_argument("--workers", type=_workers, default=1,
+                             help="corpus generator processes (>= 1; default 1)")
+        else:
+            sub.add_argument("--slurm", metavar="FILE",
+                             help="Slurm settings: a YAML file or a shipped configs/slurm name")
+        sub.set_defaults(run=function)
+
+    status = verb_parser("status")
+    status.add_argument("path", metavar="SWEEP_OR_RUN",
+                        help="a plan's root (runs/<name>), a run directory, or the sweep file")
+    status.set_defaults(run=_status)
     return parser
 
 
@@ -249,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"physlm {args.verb}: interrupted; finished files are kept", file=sys.stderr)
         return 130
+    except Preempted as exc:  # a run stopped on request (preemption) is not a failure
+        print(f"physlm {args.verb}: {exc}", file=sys.stderr)
+        return PREEMPTED_EXIT
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from corpus_gen.core.config import CorpusConfig
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import corpus_fingerprint, generate_corpus
 from corpus_gen.core.manifest import MANIFEST, read_json
@@ -22,26 +23,32 @@ def corpus_dir(experiment: Experiment) -> Path:
 
 
 def ensure_corpus(experiment: Experiment, workers: int, log=print) -> Path:
-    """The experiment's corpus, generated if absent, reused if every checksum verifies, and
-    repaired (only the damaged files regenerated) otherwise."""
+    """The experiment's corpus, in its cache directory (see `prepare_corpus`)."""
     out = corpus_dir(experiment)  # raises unless the experiment has a corpus group
-    if _finished(out, corpus_fingerprint(experiment.corpus)):
+    prepare_corpus(experiment.corpus, out, workers, log)
+    return out
+
+
+def prepare_corpus(config: CorpusConfig, out: Path, workers: int, log=print) -> None:
+    """Generate the corpus of `config` in `out` if absent, reuse it if every checksum verifies,
+    and repair it (only the damaged files regenerated) otherwise."""
+    if corpus_finished(config, out):
         problems = verify_corpus(out)
         if not problems:
             log(f"gen    | cached corpus {out} (checksums verified)")
-            return out
+            return
         for problem in problems:
             log(f"gen    | {problem}")
         log(f"gen    | repairing {out}")
     else:
         log(f"gen    | generating {out}")
-    generate_corpus(experiment.corpus, out, workers=workers, log=lambda *_: None)
-    return out
+    generate_corpus(config, out, workers=workers, log=lambda *_: None)
 
 
-def _finished(out: Path, fingerprint: str) -> bool:
+def corpus_finished(config: CorpusConfig, out: Path) -> bool:
+    """Whether `out` holds the manifest of this config's corpus (its files not checked)."""
     try:
-        return read_json(out / MANIFEST).get("fingerprint") == fingerprint
+        return read_json(out / MANIFEST).get("fingerprint") == corpus_fingerprint(config)
     except (FileNotFoundError, CorpusError):
         return False
 

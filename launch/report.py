@@ -310,12 +310,13 @@ def report(run_dirs: list[Path], out: Path) -> str:
     return table
 
 
-def publish(out: Path, fill: Callable[[Path], None]) -> None:
+def publish(out: Path, fill: Callable[[Path], None], files: set[str] = REPORT_FILES) -> None:
     """Fill a fresh directory beside `out`, then rename it into place: a report appears whole or
-    not at all, and a previous one (nothing else) is replaced only once the new one is done."""
+    not at all, and a previous one (a directory holding only `files`, nothing else) is replaced
+    only once the new one is done."""
     target = Path(os.path.abspath(out))
     if target.exists() and not (target.is_dir() and
-                                all(p.name in REPORT_FILES for p in target.iterdir())):
+                                all(p.name in files for p in target.iterdir())):
         raise TrainError(f"{out}: exists and is not a physlm report; choose another --out")
     tmp = target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}")
     old = target.with_name(f".{target.name}.old-{os.getpid()}")

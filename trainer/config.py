@@ -36,6 +36,8 @@ class WandbConfig:
     mode: str = "offline"  # online | offline | disabled
     project: str = "physlm"
     entity: str | None = None
+    group: str | None = None  # runs of one sweep or suite together (physlm sweep sets it)
+    tags: list[str] = field(default_factory=list)  # a sweep run's axis values, `pos=rope`
 
 
 @dataclass

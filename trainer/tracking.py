@@ -11,7 +11,8 @@ from pathlib import Path
 
 class Tracker:
     def __init__(self, run_dir: Path, name: str, config: dict, wandb_mode: str, project: str,
-                 entity: str | None, enabled: bool = True):
+                 entity: str | None, enabled: bool = True, group: str | None = None,
+                 tags: list[str] | tuple[str, ...] = ()):
         self.enabled = enabled
         self.run = None
         self.path = run_dir / "metrics.jsonl"
@@ -21,9 +22,11 @@ class Tracker:
             os.environ.setdefault("WANDB_SILENT", "true")  # our own log lines say enough
             import wandb
 
+            # group and tags: a sweep's runs side by side in W&B, filtered by axis value
             self.run = wandb.init(project=project, entity=entity, name=name, config=config,
                                   dir=str(run_dir), mode=wandb_mode, resume="allow",
-                                  id=_run_id(run_dir, name))
+                                  id=_run_id(run_dir, name), group=group,
+                                  tags=list(tags) or None)
 
     def log(self, metrics: dict, step: int) -> None:
         if not self.enabled:

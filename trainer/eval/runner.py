@@ -59,8 +59,9 @@ def evaluate(run_dir: Path, task_names: list[str] | None = None,
                           run_dir, device)
     out = run_dir / "eval"
     out.mkdir(exist_ok=True)
-    tracker = Tracker(run_dir, resolved.name, {}, resolved.train.wandb.mode,
-                      resolved.train.wandb.project, resolved.train.wandb.entity)
+    wandb = resolved.train.wandb  # the training run's W&B run continues (its id file)
+    tracker = Tracker(run_dir, resolved.name, {}, wandb.mode, wandb.project, wandb.entity,
+                      group=wandb.get("group"), tags=list(wandb.get("tags") or []))
     results = {}
     for name in task_names:
         task = known[name]

@@ -1,0 +1,164 @@
+"""The local executor: what `physlm submit` asks of Slurm, on this machine. A plan's corpora are
+generated first, in this process (each once, however many runs share it); then each run is
+`physlm train <run>/experiment.yaml` and `physlm eval <run>` in subprocesses, `jobs` runs at a
+time, a finetuning run after its parent. Each run's output goes to `<run>/log.txt` and its state
+to `<run>/job.json`; a finished run is kept, and a failed one fails alone: a rerun does only what
+is not done.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.io import atomic_write
+from launch.cli import PREEMPTED_EXIT
+from launch.experiment import prepare_corpus, took
+from launch.plan import Plan, RunJob, write_plan
+from launch.status import JOB, LOG, last_error, run_finished
+
+_POLL_SECONDS = 0.5
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+@dataclass
+class _Job:
+    run: RunJob
+    stage: str  # train | eval
+    process: subprocess.Popen
+    log: IO
+    began: float
+
+
+def execute(plan: Plan, jobs: int = 1, workers: int = 1,
+            log: Callable[[str], None] = print) -> dict[str, str]:
+    """Run the plan; each run's final state (done, failed, stopped) by name."""
+    write_plan(plan)
+    corpus_errors = _generate_corpora(plan, workers, log)
+    states: dict[str, str] = {}
+    for run in plan.runs:
+        if run_finished(run.run_dir, run.experiment.train.max_steps,
+                        list(run.experiment.eval.tasks)):
+            states[run.name] = "done"
+            log(f"run    | {run.name}: done already, kept")
+    waiting = [run for run in plan.runs if run.name not in states]
+    running: list[_Job] = []
+    threads = max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(waiting) or 1)))
+    try:
+        while waiting or running:
+            for run in list(waiting):
+                blocked = _blocked(run, states, corpus_errors)
+                if blocked:
+                    waiting.remove(run)
+                    states[run.name] = "failed"
+                    _record(run, "failed", "train", error=blocked)
+                    log(f"run    | {run.name}: failed: {blocked}")
+                elif (run.parent is None or states.get(run.parent) == "done") \
+                        and len(running) < jobs:
+                    waiting.remove(run)
+                    running.append(_start(run, "train", threads, log))
+            for job in [job for job in running if job.process.poll() is not None]:
+                running.remove(job)
+                follow = _finish(job, states, log)
+                if follow is not None:
+                    running.append(_start(job.run, follow, threads, log))
+            time.sleep(_POLL_SECONDS)
+    except KeyboardInterrupt:
+        for job in running:  # physlm train saves a checkpoint on SIGTERM and stops
+            job.process.terminate()
+        for job in running:
+            job.process.wait()
+            _finish(job, states, log)
+        raise
+    return states
+
+
+def _generate_corpora(plan: Plan, workers: int, log: Callable[[str], None]) -> dict[str, str]:
+    """Each corpus once, in plan order (a corpus reusing another's tokenizer after it); the
+    error of each that failed, by name."""
+    errors: dict[str, str] = {}
+    for corpus in plan.corpora:
+        failed = [name for name in corpus.after if name in errors]
+        if failed:
+            errors[corpus.name] = f"corpus {failed[0]} failed"
+            continue
+        began = time.perf_counter()
+        try:
+            prepare_corpus(corpus.config, corpus.out, workers, log)
+        except CorpusError as exc:
+            errors[corpus.name] = f"corpus {corpus.out}: {exc}"
+            log(f"gen    | failed: {exc}")
+            continue
+        log(f"gen    | {corpus.name} ready in {took(began)}")
+    return errors
+
+
+def _blocked(run: RunJob, states: dict[str, str], corpus_errors: dict[str, str]) -> str | None:
+    """Why the run cannot start at all: its corpus or its parent failed."""
+    if run.corpus.name in corpus_errors:
+        return corpus_errors[run.corpus.name]
+    if run.parent is not None and states.get(run.parent) in ("failed", "stopped"):
+        return f"its parent {run.parent} did not finish"
+    return None
+
+
+def command(run: RunJob, stage: str) -> list[str]:
+    """The physlm command line of a run's stage, as the Slurm scripts run it too."""
+    if stage == "train":
+        return ["-m", "launch.cli", "train", str(run.experiment_file), "--run-dir",
+                str(run.run_dir), "--corpus", str(run.corpus.out)]
+    return ["-m", "launch.cli", "eval", str(run.run_dir)]
+
+
+def _start(run: RunJob, stage: str, threads: int, log: Callable[[str], None]) -> _Job:
+    output = open(run.run_dir / LOG, "a")
+    output.write(f"\n=== physlm {stage} {run.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) ===\n")
+    output.flush()
+    # runs side by side share the cores instead of each taking all of them
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+           # the jobs run this physlm, also from a source checkout that is not installed
+           "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT,
+                                                       os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen([sys.executable, *command(run, stage)], stdout=output,
+                               stderr=subprocess.STDOUT, env=env)
+    _record(run, "running", stage, pid=process.pid)
+    log(f"{stage:<6} | {run.name}: started (pid {process.pid}, log {run.run_dir / LOG})")
+    return _Job(run, stage, process, output, time.perf_counter())
+
+
+def _finish(job: _Job, states: dict[str, str], log: Callable[[str], None]) -> str | None:
+    """Record a finished process; the next stage to start, if any."""
+    job.log.close()
+    code, run = job.process.returncode, job.run
+    if code == 0 and job.stage == "train" and run.experiment.eval.tasks:
+        log(f"train  | {run.name}: done in {took(job.began)}")
+        return "eval"
+    if code == 0:
+        states[run.name] = "done"
+        _record(run, "done", job.stage, code=code)
+        log(f"{job.stage:<6} | {run.name}: done in {took(job.began)}")
+    elif code == PREEMPTED_EXIT:
+        states[run.name] = "stopped"
+        _record(run, "stopped", job.stage, code=code)
+        log(f"{job.stage:<6} | {run.name}: stopped with a checkpoint; a rerun resumes")
+    else:
+        states[run.name] = "failed"
+        error = last_error(run.run_dir / LOG)
+        _record(run, "failed", job.stage, code=code, error=error)
+        log(f"{job.stage:<6} | {run.name}: failed (exit {code}): {error}")
+    return None
+
+
+def _record(run: RunJob, state: str, stage: str, pid: int | None = None,
+            code: int | None = None, error: str | None = None) -> None:
+    record = {"executor": "local", "state": state, "stage": stage, "host": socket.gethostname(),
+              "pid": pid, "exit_code": code, "error": error,
+              "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    atomic_write(run.run_dir / JOB, (json.dumps(record, indent=1) + "\n").encode())

@@ -1,0 +1,195 @@
+"""A plan: the corpora and runs that one experiment, suite or sweep stands for, each with its
+directory, written as files that every executor (local processes, Slurm jobs) runs the same way.
+
+`write_plan` leaves, under the plan's root:
+- `plan.json`: the runs (name, directory, axis values, corpus, parent), what `physlm status` and
+  `physlm report` read;
+- `<run>/experiment.yaml`: the run's resolved experiment, an ordinary experiment file, so that a
+  job is `physlm train <run>/experiment.yaml --run-dir <run> --corpus DIR`, then `physlm eval`;
+- `<run>/sweep.json`: which plan the run belongs to and its axis values;
+- `plan/corpus-<name>.yaml`: each corpus's resolved config, what `physlm gen` reads.
+Runs whose corpus configs are equal share one corpus directory (`corpora/<config>-<hash>`).
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from corpus_gen.core.config import CorpusConfig, config_dict, read_yaml
+from corpus_gen.core.io import atomic_write
+from launch.experiment import corpus_dir
+from launch.suite import is_suite, load_suite
+from launch.sweep import is_sweep, load_sweep
+from trainer.config import Experiment, load_experiment
+from trainer.errors import TrainError
+
+PLAN = "plan.json"
+RUN_RECORD = "sweep.json"
+EXPERIMENT_FILE = "experiment.yaml"
+
+
+@dataclass
+class CorpusJob:
+    name: str  # the corpus directory's name: <corpus config name>-<fingerprint[:8]>
+    config: CorpusConfig
+    out: Path  # the corpus directory
+    config_file: Path  # the resolved corpus config, what `physlm gen` reads
+    after: list[str] = field(default_factory=list)  # corpora whose tokenizer this one reuses
+
+
+@dataclass
+class RunJob:
+    name: str  # unique in the plan; also the run directory's name under the root
+    experiment: Experiment
+    run_dir: Path
+    corpus: CorpusJob
+    parent: str | None  # the run this one finetunes
+    axes: dict[str, object]  # sweep axis -> value (JSON scalars)
+
+    @property
+    def experiment_file(self) -> Path:
+        return self.run_dir / EXPERIMENT_FILE
+
+
+@dataclass
+class Plan:
+    name: str
+    kind: str  # experiment | suite | sweep
+    root: Path  # plan.json's directory; a single experiment's root is its run directory
+    source: str  # the file the plan came from
+    axes: list[str]
+    corpora: list[CorpusJob]
+    runs: list[RunJob]
+    slurm: dict = field(default_factory=dict)  # a sweep file's `slurm:` mapping, if any
+
+
+def load_plan(path: Path, overrides: list[str], root: str | None = None) -> Plan:
+    """The plan an experiment, suite or sweep file stands for, its runs under `root` (default
+    runs/<name>); command-line overrides apply to every run."""
+    if is_sweep(path):
+        sweep = load_sweep(path, overrides)
+        base = Path(root) if root else Path("runs") / sweep.name
+        named = [(point.name, point.experiment, None, point.axes) for point in sweep.points]
+        return _plan(sweep.name, "sweep", base, str(path), sweep.axes, named, sweep.slurm)
+    if is_suite(path):
+        suite = load_suite(path, overrides)
+        base = Path(root) if root else Path("runs") / suite.name
+        named = [(run.name, run.experiment, run.parent, {}) for run in suite.runs]
+        return _plan(suite.name, "suite", base, str(path), [], named, {})
+    experiment = load_experiment(path, overrides)
+    base = Path(root) if root else Path("runs") / experiment.name
+    return _plan(experiment.name, "experiment", base, str(path), [],
+                 [(experiment.name, experiment, None, {})], {})
+
+
+def _plan(name: str, kind: str, root: Path, source: str, axes: list[str],
+          named: list[tuple[str, Experiment, str | None, dict]], slurm: dict) -> Plan:
+    corpora: dict[Path, CorpusJob] = {}
+    runs: dict[str, RunJob] = {}
+    for run_name, experiment, parent, values in named:
+        run_dir = root if kind == "experiment" else root / run_name
+        experiment.train.wandb.group = experiment.train.wandb.group or name
+        experiment.train.wandb.tags = experiment.train.wandb.tags or [
+            f"{axis}={value}" for axis, value in values.items()]
+        after = []
+        if parent is not None:  # finetuning: the parent's weights and tokenizer
+            experiment.train.init_from = str(runs[parent].run_dir)
+            if experiment.corpus is not None and experiment.corpus.tokenizer.reuse is None:
+                experiment.corpus.tokenizer.reuse = str(runs[parent].corpus.out.resolve())
+            after = [runs[parent].corpus.name]
+        out = corpus_dir(experiment).resolve()  # refuses an experiment without a corpus
+        if out not in corpora:
+            corpora[out] = CorpusJob(out.name, experiment.corpus, out,
+                                     root / "plan" / f"corpus-{out.name}.yaml", after)
+        runs[run_name] = RunJob(run_name, experiment, run_dir, corpora[out], parent, values)
+    return Plan(name, kind, root, source, axes, list(corpora.values()), list(runs.values()),
+                slurm)
+
+
+def experiment_yaml(experiment: Experiment) -> str:
+    """The run's resolved experiment as an experiment file: every group a whole mapping, so
+    loading it gives this experiment again, whatever the shipped configs become."""
+    return OmegaConf.to_yaml({
+        "name": experiment.name,
+        "corpus": config_dict(experiment.corpus),
+        "model": asdict(experiment.model),
+        "train": asdict(experiment.train),
+        "eval": OmegaConf.to_container(OmegaConf.structured(experiment.eval)),
+    })
+
+
+def write_plan(plan: Plan) -> None:
+    """The plan's files (see the module's docstring); written again on every launch, so a plan
+    edited and relaunched runs what the files now say."""
+    for corpus in plan.corpora:
+        corpus.config_file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(corpus.config_file, OmegaConf.to_yaml(config_dict(corpus.config)).encode())
+    for run in plan.runs:
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(run.experiment_file, experiment_yaml(run.experiment).encode())
+        record = {"plan": plan.name, "kind": plan.kind, "run": run.name, "axes": run.axes,
+                  "root": str(plan.root.resolve())}
+        atomic_write(run.run_dir / RUN_RECORD, (json.dumps(record, indent=1) + "\n").encode())
+    atomic_write(plan.root / PLAN, (json.dumps(plan_record(plan), indent=1) + "\n").encode())
+
+
+def plan_record(plan: Plan) -> dict:
+    """plan.json: run directories relative to the root, corpus directories absolute."""
+    return {
+        "name": plan.name, "kind": plan.kind, "source": plan.source, "axes": plan.axes,
+        "runs": [{"name": run.name, "dir": _relative(run.run_dir, plan.root),
+                  "axes": run.axes, "corpus_dir": str(run.corpus.out), "parent": run.parent,
+                  "max_steps": run.experiment.train.max_steps,
+                  "tasks": list(run.experiment.eval.tasks)} for run in plan.runs],
+    }
+
+
+def _relative(path: Path, root: Path) -> str:
+    return "." if path == root else str(path.relative_to(root))
+
+
+@dataclass
+class PlannedRun:
+    """A run as plan.json records it, for readers that need no configs (status, report)."""
+
+    name: str
+    run_dir: Path
+    axes: dict
+    corpus_dir: Path
+    parent: str | None
+    max_steps: int
+    tasks: list[str]
+
+
+def read_plan(root: Path) -> tuple[dict, list[PlannedRun]]:
+    """plan.json under `root`: the record and its runs, directories resolved against root."""
+    path = root / PLAN
+    if not path.is_file():
+        raise TrainError(f"{root}: no {PLAN} here; a plan's root is written by physlm sweep, "
+                         "physlm run or physlm submit")
+    try:
+        record = json.loads(path.read_text())
+        runs = [PlannedRun(r["name"], root / r["dir"], dict(r["axes"]), Path(r["corpus_dir"]),
+                           r["parent"], int(r["max_steps"]), list(r["tasks"]))
+                for r in record["runs"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TrainError(f"{path}: not a readable plan ({type(exc).__name__}: {exc})") from None
+    return record, runs
+
+
+def find_root(path: Path) -> Path:
+    """The plan root a user names: a directory holding plan.json, a run directory inside one,
+    or a sweep, suite or experiment file whose plan is under runs/<name>."""
+    if path.is_dir():
+        if (path / PLAN).is_file():
+            return path
+        record = path / RUN_RECORD
+        if record.is_file():
+            return Path(json.loads(record.read_text())["root"])
+        raise TrainError(f"{path}: neither a plan's root (no {PLAN}) nor a run of one")
+    if path.is_file():
+        given = read_yaml(path)
+        return Path("runs") / str(given.get("name", path.stem))
+    raise TrainError(f"{path}: no such file or directory")

@@ -1,0 +1,60 @@
+#!/bin/bash
+# physlm train: {{title}}
+#
+# Trains the runs listed in {{runs_file}}, one line per array task:
+# its run directory and corpus directory, separated by a tab. A task runs
+#   physlm train RUN/experiment.yaml --run-dir RUN --corpus CORPUS
+# on {{nodes}} node(s), one process per GPU, launched by {{launcher}}.
+#
+# Time limit and preemption: with --signal=B:USR1@N (slurm.signal_seconds), Slurm sends USR1
+# to this script N seconds before the time limit. The trap below then creates RUN/.stop; the
+# trainer saves a checkpoint at its next step boundary and exits, and the script requeues the
+# job, which resumes from that checkpoint (train.resume=auto) and appends to the same log.
+#
+# Rendered by `physlm submit` (launch/slurm.py) from the template slurm/train.sh, for the
+# plan {{plan}}; physlm submit writes this file again on every submission, so change the
+# template or the slurm config (configs/slurm/, the sweep's `slurm:`), not this file.
+{{sbatch}}
+
+set -eo pipefail
+cd {{workdir}}
+# the setup lines run before `set -u`: module and conda scripts read variables that are unset
+{{setup}}
+set -u
+
+mapfile -t runs < {{runs_file}}
+IFS=$'\t' read -r run_dir corpus <<< "${runs[${SLURM_ARRAY_TASK_ID:-0}]}"
+
+# The first node hosts the rendezvous. The port comes from the job id, so that two jobs sharing
+# a node do not collide.
+mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+MASTER_ADDR=${nodes[0]}
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_ADDR MASTER_PORT
+# Since Slurm 22.05 srun does not inherit --cpus-per-task from the batch job.
+if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+    export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+fi
+
+# USR1 (see above): ask the trainer to save a checkpoint and stop at its next step
+stop_requested=0
+trap 'stop_requested=1; touch "$run_dir/.stop"' USR1
+
+{{launch}} \
+    -m launch.cli train "$run_dir/experiment.yaml" --run-dir "$run_dir" --corpus "$corpus" &
+trainer=$!
+# `wait` returns as soon as a trapped signal arrives: wait again until the trainer has exited.
+while :; do
+    status=0
+    wait "$trainer" || status=$?
+    kill -0 "$trainer" 2>/dev/null || break
+done
+
+# Stopped on request (the trap fired and the trainer did not finish): requeue. The exit code
+# alone cannot tell, since torchrun reports a worker that stopped on request as a failure (1).
+if [ "$stop_requested" = 1 ] && [ "$status" != 0 ]; then
+    echo "physlm: stopped before the time limit with a checkpoint; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+fi
+exit "$status"
