@@ -18,7 +18,12 @@ class Template(string.Template):
         | (?P<invalid>))"""
 
 
+PREAMBLE = "preamble.sh"  # what every script shares: the #SBATCH block, cd, setup lines
+
+
 def render(name: str, **values: str) -> str:
-    """The template `name` (e.g. `train.sh`) with every placeholder filled; a placeholder left
-    without a value raises KeyError."""
-    return Template((ROOT / name).read_text()).substitute(values)
+    """The template `name` (e.g. `train.sh`) with every placeholder filled, `{{preamble}}` by
+    the shared preamble; a placeholder left without a value raises KeyError."""
+    text = (ROOT / PREAMBLE).read_text().split("\n", 2)[2]  # less its own two-line header
+    preamble = Template(text).substitute(values, template=name).rstrip("\n")
+    return Template((ROOT / name).read_text()).substitute(values, preamble=preamble)

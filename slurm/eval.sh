@@ -7,17 +7,7 @@
 # on the run's latest checkpoint, with the tasks of the run's eval.tasks, on one GPU. An
 # evaluation array of a training array starts each task when the training task of the same
 # index has finished (--dependency=aftercorr).
-#
-# Rendered by `physlm submit` (launch/slurm.py) from the template slurm/eval.sh, for the plan
-# {{plan}}; physlm submit writes this file again on every submission, so change the template
-# or the slurm config (configs/slurm/, the sweep's `slurm:`), not this file.
-{{sbatch}}
-
-set -eo pipefail
-cd {{workdir}}
-# the setup lines run before `set -u`: module and conda scripts read variables that are unset
-{{setup}}
-set -u
+{{preamble}}
 
 mapfile -t runs < {{runs_file}}
 IFS=$'\t' read -r run_dir corpus <<< "${runs[${SLURM_ARRAY_TASK_ID:-0}]}"

@@ -10,17 +10,7 @@
 # to this script N seconds before the time limit. The trap below then creates RUN/.stop; the
 # trainer saves a checkpoint at its next step boundary and exits, and the script requeues the
 # job, which resumes from that checkpoint (train.resume=auto) and appends to the same log.
-#
-# Rendered by `physlm submit` (launch/slurm.py) from the template slurm/train.sh, for the
-# plan {{plan}}; physlm submit writes this file again on every submission, so change the
-# template or the slurm config (configs/slurm/, the sweep's `slurm:`), not this file.
-{{sbatch}}
-
-set -eo pipefail
-cd {{workdir}}
-# the setup lines run before `set -u`: module and conda scripts read variables that are unset
-{{setup}}
-set -u
+{{preamble}}
 
 mapfile -t runs < {{runs_file}}
 IFS=$'\t' read -r run_dir corpus <<< "${runs[${SLURM_ARRAY_TASK_ID:-0}]}"

@@ -21,6 +21,7 @@ from corpus_gen.core.manifest import PROGRESS, record_progress
 from launch.plan import load_plan
 from launch.slurm import array_spec, load_slurm_config, submit
 from launch.slurm_status import JOBS, slurm_states, task_keys
+from tests.test_suite import SUITE
 from trainer.errors import TrainError
 
 FAKE_BIN = Path(__file__).resolve().parent / "fake_slurm"
@@ -35,21 +36,6 @@ train: {max_steps: 6, ckpt_every: 1000, ctx: 64, micro_batch: 4, lr: 0.003, warm
 eval: {tasks: [qa], qa: {max_people: 3}}
 """
 
-SUITE = """\
-name: s
-defaults:
-  model: {n_layer: 2, n_head: 2, d_model: 32}
-  train: {max_steps: 6, ctx: 64, micro_batch: 4, wandb: {mode: disabled}}
-  eval: {tasks: []}
-runs:
-  pre:
-    corpus: {base: bios_s_multi5_permute, people: 30, records_per_shard: 100,
-             tokenizer: {vocab_size: 600, sample_records: 200}}
-  ft:
-    parent: pre
-    corpus: {base: bios_s_multi5_permute, people: 30, mode: qa, qa_loss: answer}
-    eval: {tasks: [qa], qa: {max_people: 3}}
-"""
 
 
 @pytest.fixture
