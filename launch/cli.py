@@ -5,6 +5,7 @@ errors answer at once; each verb imports its machinery (omegaconf, numpy, torch)
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -29,8 +30,9 @@ VERBS = {  # one line each: the top-level help lists them; each verb's --help op
 }
 
 DESCRIPTION = f"""\
-physlm generates the synthetic corpora of "Physics of Language Models" (biographies, iGSM),
-trains GPT models on them with DeepSpeed, and evaluates what they learned.
+physlm generates the synthetic corpora of "Physics of Language Models" (biographies, iGSM,
+CFG), trains GPT models on them with DeepSpeed, evaluates what they learned, and runs sweeps
+locally or on Slurm.
 
 verbs:
 {chr(10).join(f"  {verb:<8}{text}" for verb, text in VERBS.items())}
@@ -165,7 +167,8 @@ def _report(args: argparse.Namespace) -> int:
 
         out = Path(args.out) if args.out else root / "report"
         print(sweep_report(root, out))
-        print(f"\nreport | {out}: sweep.md, sweep.csv, plots/, runs/ (the runs' own report)")
+        written = ", ".join(p.name for p in sorted(out.iterdir()))
+        print(f"\nreport | {out}: {written}")
         return 0
     out = Path(args.out or "report")
     print(report([Path(run) for run in args.runs], out))
@@ -185,9 +188,11 @@ def _plan(args: argparse.Namespace, overrides: list[str]):
 
 def _sweep(args: argparse.Namespace) -> int:
     from launch.local import execute
+    from launch.slurm import load_slurm_config
     from launch.status import status_table, statuses
 
     plan = _plan(args, args.overrides)
+    load_slurm_config(plan, None, [])  # a typo in the sweep's slurm: is found now, not later
     if args.dry_run:
         print(_plan_listing(plan))
         return 0
@@ -206,16 +211,20 @@ def _sweep(args: argparse.Namespace) -> int:
 def _plan_listing(plan) -> str:
     """What a dry run prints: each run with its axis values and directories, each corpus once."""
     shared = {c.name: sum(r.corpus is c for r in plan.runs) for c in plan.corpora}
-    lines = [f"{plan.kind} {plan.name}: {len(plan.runs)} runs in {plan.root}, "
-             f"{len(plan.corpora)} corpora"]
+    lines = [f"{plan.kind} {plan.name}: {_count(len(plan.runs), 'run')} in {plan.root}, "
+             f"{_count(len(plan.corpora), 'corpus', 'corpora')}"]
     for run in plan.runs:
         axes = ", ".join(f"{k}={v}" for k, v in run.axes.items())
         lines.append(f"  {run.name}  [{axes}]" if axes else f"  {run.name}")
         lines.append(f"      run {run.run_dir}  corpus {run.corpus.out.name}"
                      + (f"  finetunes {run.parent}" if run.parent else ""))
     for corpus in plan.corpora:
-        lines.append(f"corpus {corpus.out} (shared by {shared[corpus.name]} runs)")
+        lines.append(f"corpus {corpus.out} (shared by {_count(shared[corpus.name], 'run')})")
     return "\n".join(lines)
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -229,9 +238,19 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    import configs
+    from launch.plan import load_plan
     from launch.status import status_table, statuses
 
-    rows = statuses(Path(args.path))
+    path = Path(args.path)
+    if not path.is_dir():  # a sweep or experiment file, or a shipped one's name: its plan now
+        found = next((p for g in ("sweep", "experiment")
+                      if (p := configs.find(g, args.path)) is not None), None)
+        if found is None:
+            raise TrainError(f"{args.path}: no such directory or file, and no shipped sweep or "
+                             "experiment of that name")
+        path = load_plan(found, [], args.run_dir)
+    rows = statuses(path)
     print(status_table(rows))
     return 1 if any(row.state == "failed" for row in rows) else 0
 
@@ -333,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = verb_parser("status")
     status.add_argument("path", metavar="SWEEP_OR_RUN",
-                        help="a plan's root (runs/<name>), a run directory, or the sweep file")
+                        help="a plan's root (runs/<name>), a run directory, or a sweep or "
+                             "experiment file (or a shipped one's name)")
+    status.add_argument("--run-dir", help="with a file: the plan's root (default: runs/<name>)")
     status.set_defaults(run=_status)
     return parser
 
@@ -362,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"physlm {args.verb}: interrupted; finished files are kept", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `physlm ... | head`: the reader has gone, nothing to report
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except Preempted as exc:  # a run stopped on request (preemption) is not a failure
         print(f"physlm {args.verb}: {exc}", file=sys.stderr)
         return PREEMPTED_EXIT

@@ -26,6 +26,8 @@ from launch.status import JOB, LOG, last_error, run_finished
 
 _POLL_SECONDS = 0.5
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+WORLD_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                   "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 
 
 @dataclass
@@ -122,12 +124,17 @@ def _start(run: RunJob, stage: str, threads: int, log: Callable[[str], None]) ->
     output.write(f"\n=== physlm {stage} {run.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) ===\n")
     output.flush()
     # runs side by side share the cores instead of each taking all of them
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+    # each job is a world of its own: a rendezvous inherited from here (MASTER_PORT, RANK,
+    # an allocation's SLURM_PROCID) would make jobs side by side claim one port
+    inherited = {k: v for k, v in os.environ.items() if k not in WORLD_VARIABLES}
+    env = {**inherited, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
            # the jobs run this physlm, also from a source checkout that is not installed
            "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT,
                                                        os.environ.get("PYTHONPATH")]))}
+    # a session of its own: Ctrl-C reaches the executor alone, which asks each job to stop
+    # (SIGTERM: physlm train saves a checkpoint first) instead of killing it mid-step
     process = subprocess.Popen([sys.executable, *command(run, stage)], stdout=output,
-                               stderr=subprocess.STDOUT, env=env)
+                               stderr=subprocess.STDOUT, env=env, start_new_session=True)
     _record(run, "running", stage, pid=process.pid)
     log(f"{stage:<6} | {run.name}: started (pid {process.pid}, log {run.run_dir / LOG})")
     return _Job(run, stage, process, output, time.perf_counter())

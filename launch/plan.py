@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from corpus_gen.core.config import CorpusConfig, config_dict, read_yaml
+from corpus_gen.core.config import CorpusConfig, config_dict
 from corpus_gen.core.io import atomic_write
 from launch.experiment import corpus_dir
 from launch.suite import is_suite, load_suite
@@ -179,17 +179,21 @@ def read_plan(root: Path) -> tuple[dict, list[PlannedRun]]:
     return record, runs
 
 
+def planned_runs(plan: Plan) -> list[PlannedRun]:
+    """The plan's runs as plan.json records them."""
+    return [PlannedRun(run.name, run.run_dir, run.axes, run.corpus.out, run.parent,
+                       run.experiment.train.max_steps, list(run.experiment.eval.tasks))
+            for run in plan.runs]
+
+
 def find_root(path: Path) -> Path:
-    """The plan root a user names: a directory holding plan.json, a run directory inside one,
-    or a sweep, suite or experiment file whose plan is under runs/<name>."""
+    """The plan root a directory stands for: itself, holding plan.json, or the root of the
+    plan it is a run of."""
+    if (path / PLAN).is_file():
+        return path
+    record = path / RUN_RECORD
+    if record.is_file():
+        return Path(json.loads(record.read_text())["root"])
     if path.is_dir():
-        if (path / PLAN).is_file():
-            return path
-        record = path / RUN_RECORD
-        if record.is_file():
-            return Path(json.loads(record.read_text())["root"])
         raise TrainError(f"{path}: neither a plan's root (no {PLAN}) nor a run of one")
-    if path.is_file():
-        given = read_yaml(path)
-        return Path("runs") / str(given.get("name", path.stem))
-    raise TrainError(f"{path}: no such file or directory")
+    raise TrainError(f"{path}: no such directory")

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 
 import configs
 import slurm as templates
@@ -43,7 +44,9 @@ from launch.status import checkpoint_step, evaluated_at
 from trainer.errors import TrainError
 
 LAUNCHERS = ("torchrun", "srun")
+TIME_KEYS = ("time", "gen_time", "eval_time")
 _TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")  # MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS
+_MEM = re.compile(r"\d+[KMGT]?")
 
 
 @dataclass
@@ -51,7 +54,8 @@ class SlurmConfig:
     """What `physlm submit` asks Slurm for. Layers: these defaults < the sweep file's `slurm:`
     < `--slurm FILE` < `slurm.KEY=VALUE`. An optional key left unset is the cluster's default."""
 
-    partition: str | None = None  # --partition of every job
+    partition: str | None = None  # --partition of every job (gen jobs: unless cpu_partition)
+    cpu_partition: str | None = None  # --partition of the corpus generation jobs (no GPU)
     account: str | None = None  # --account of every job
     qos: str | None = None  # --qos of every job
     constraint: str | None = None  # --constraint (node features, e.g. a100) of every job
@@ -90,8 +94,13 @@ class SlurmConfig:
         for key in ("time", "gen_time", "eval_time"):
             require(bool(_TIME.fullmatch(getattr(self, key))), key, getattr(self, key),
                     "must be a Slurm time: MINUTES, HH:MM:SS or D-HH:MM:SS")
+        require(self.mem is None or bool(_MEM.fullmatch(self.mem)), "mem", self.mem,
+                "must be a Slurm size: a whole number of megabytes, or with K, M, G or T")
+        # USR1 at or before the start would stop (and requeue) every job as it begins
+        require(self.signal_seconds < slurm_seconds(self.time), "signal_seconds",
+                self.signal_seconds, f"must be less than the time limit (time={self.time})")
         # an #SBATCH option's value is one word
-        for key in ("partition", "account", "qos", "constraint", "mem"):
+        for key in ("partition", "cpu_partition", "account", "qos", "constraint", "mem"):
             value = getattr(self, key)
             require(value is None or (value != "" and len(value.split()) == 1), key, value,
                     "must be one word (or unset)")
@@ -101,24 +110,56 @@ class SlurmConfig:
         require(self.python.strip() != "", "python", self.python, "must name an interpreter")
 
 
+def slurm_seconds(text: str) -> int:
+    """A Slurm time limit in seconds: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 3:
+        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+
+
 def load_slurm_config(plan: Plan, slurm_file: str | None, overrides: list[str]) -> SlurmConfig:
     """The plan's SlurmConfig: the defaults, the sweep file's `slurm:`, `--slurm FILE` (a path
     or the name of a configs/slurm file), then the overrides (`slurm.KEY=VALUE` or
     `KEY=VALUE`); errors name the key, the value and where it came from."""
     if not isinstance(plan.slurm, dict):
         raise ConfigError("slurm", plan.slurm, "must be a mapping of slurm keys", plan.source)
-    layers = [(OmegaConf.create(plan.slurm), plan.source)]
+    written = _as_written(Path(plan.source)).get("slurm") if plan.slurm else None
+    layers = [(_times_as_written(OmegaConf.create(plan.slurm), written), plan.source)]
     if slurm_file is not None:
         path = configs.find("slurm", slurm_file)
         if path is None:
             known = ", ".join(configs.names("slurm"))
             raise ConfigError("--slurm", slurm_file, "no such file, and no shipped slurm config "
                               f"of that name (known: {known})", COMMAND_LINE)
-        layers.append((read_yaml(path), str(path)))
+        layers.append((_times_as_written(read_yaml(path), _as_written(path)), str(path)))
     # `slurm.KEY=VALUE` as typed, or `KEY=VALUE` as the command line passes it on
-    layers.append((parse_overrides([item.removeprefix("slurm.") for item in overrides]),
-                   COMMAND_LINE))
+    items = [item.removeprefix("slurm.") for item in overrides]
+    typed = dict(item.split("=", 1) for item in items if "=" in item)
+    layers.append((_times_as_written(parse_overrides(items), typed), COMMAND_LINE))
     return build_config(SlurmConfig, layers, prefix="slurm.")
+
+
+def _as_written(path: Path) -> dict:
+    """The YAML file with every scalar as the text it was written as."""
+    try:
+        return yaml.load(path.read_text(), Loader=yaml.BaseLoader) or {}
+    except (OSError, yaml.YAMLError):
+        return {}  # read_yaml has already said what is wrong with it, or will
+
+
+def _times_as_written(layer: DictConfig, written: object) -> DictConfig:
+    """Time limits as the text written: YAML 1.1 reads an unquoted 48:00:00 as the number
+    172800 (base 60), which Slurm would take for minutes."""
+    if isinstance(written, dict):
+        for key in TIME_KEYS:
+            if key in layer and isinstance(written.get(key), str):
+                layer[key] = written[key].strip().strip("'\"")
+    return layer
 
 
 @dataclass
@@ -400,8 +441,11 @@ def _sbatch_lines(ctx: _Context, kind: str, name: str, own: list[str],
     slurm = ctx.slurm
     log = "%x-%A_%a.out" if array is not None else "%x-%j.out"
     options = [f"--job-name=physlm-{kind}-{name}", f"--output={ctx.directory / 'logs' / log}"]
-    options += [f"--{key}={getattr(slurm, key)}" for key in
-                ("partition", "account", "qos", "constraint") if getattr(slurm, key)]
+    cluster = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
+               "constraint": slurm.constraint}
+    if kind.startswith("gen-") and slurm.cpu_partition:  # CPU work, on CPU nodes
+        cluster.update(partition=slurm.cpu_partition, constraint=None)
+    options += [f"--{key}={value}" for key, value in cluster.items() if value]
     options += own
     if array is not None:
         options.append(f"--array={array_spec(array, slurm.max_concurrent)}")

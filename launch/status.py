@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launch.plan import RUN_RECORD, PlannedRun, find_root, read_plan
+from launch.plan import RUN_RECORD, Plan, PlannedRun, find_root, planned_runs, read_plan
 from launch.slurm_status import slurm_states
 from trainer.errors import TrainError
 
@@ -132,8 +132,8 @@ def run_status(run: PlannedRun, slurm: dict[str, tuple[str, str]]) -> RunStatus:
 
 
 def plan_runs(path: Path) -> tuple[Path | None, list[PlannedRun]]:
-    """The runs `path` names: a plan's root (or a file whose plan is under runs/), a run of a
-    plan, or a lone run directory (config.yaml)."""
+    """The runs `path` names: a plan's root, a run of a plan, or a lone run directory
+    (config.yaml)."""
     if path.is_dir() and not (path / RUN_RECORD).exists() and (path / "config.yaml").exists() \
             and not (path / "plan.json").exists():
         config = OmegaConf.load(path / "config.yaml")
@@ -146,10 +146,12 @@ def plan_runs(path: Path) -> tuple[Path | None, list[PlannedRun]]:
     return root, runs
 
 
-def statuses(path: Path) -> list[RunStatus]:
-    root, runs = plan_runs(path)
+def statuses(where: Path | Plan) -> list[RunStatus]:
+    """Each run's status: of a plan's root, a run directory, or a plan as its file says now."""
+    root, runs = (where.root, planned_runs(where)) if isinstance(where, Plan) \
+        else plan_runs(where)
     if not runs:
-        raise TrainError(f"{path}: no runs")
+        raise TrainError(f"{root or where}: no runs")
     slurm = slurm_states(root) if root is not None else {}
     return [run_status(run, slurm) for run in runs]
 

@@ -64,8 +64,8 @@ class Sweep:
 
 
 def is_sweep(path: Path) -> bool:
-    given = read_yaml(path)
-    return "experiment" in given and any(k in given for k in ("grid", "zip", "seeds"))
+    """A sweep file names its base `experiment`; no experiment or suite has that key."""
+    return "experiment" in read_yaml(path)
 
 
 def load_sweep(path: Path, overrides: list[str]) -> Sweep:
@@ -90,6 +90,10 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
         raise ConfigError("experiment", given.experiment, "is a suite; a sweep's base is one "
                           "experiment", source)
     common = _overrides("overrides", given.get("overrides"), source)
+    for key in ("grid", "zip"):
+        if given.get(key) is not None and not isinstance(given[key], DictConfig):
+            raise ConfigError(key, _plain(given[key]), "must be a mapping of axes (an axis: a "
+                              "key and its values, or a label and the keys it sets)", source)
     grid = [_axis(f"grid.{k}", str(k), v, source) for k, v in (given.get("grid") or {}).items()]
     zipped = [_axis(f"zip.{k}", str(k), v, source) for k, v in (given.get("zip") or {}).items()]
     if zipped and len({len(axis.values) for axis in zipped}) > 1:

@@ -223,6 +223,9 @@ def test_resources_from_each_layer_land_in_the_scripts(work):
     ("cli", "", ["slurm.launcher=mpirun"],
      "command line: slurm.launcher='mpirun': must be torchrun or srun"),
     ("cli", "", ["slurm.gen_tasks=0"], "command line: slurm.gen_tasks=0: must be >= 1"),
+    ("cli", "", ["slurm.mem=lots"], "command line: slurm.mem='lots': must be a Slurm size"),
+    ("file", "time: '5'\nsignal_seconds: 300\n", [],
+     "cluster.yaml: slurm.signal_seconds=300: must be less than the time limit (time=5)"),
 ])
 def test_a_bad_slurm_key_names_key_value_and_file(work, where, body, overrides, message):
     if where == "sweep":
@@ -232,6 +235,37 @@ def test_a_bad_slurm_key_names_key_value_and_file(work, where, body, overrides, 
     with pytest.raises(ConfigError) as error:
         load_slurm_config(plan, "cluster.yaml" if where == "file" else None, overrides)
     assert message in str(error.value)
+
+
+def test_time_limits_are_read_as_written_not_as_yaml_base_60_numbers(work):
+    # unquoted, YAML 1.1 reads 12:00:00 as 43200, which Slurm would take for 30 days
+    (work / "sweep.yaml").write_text("experiment: exp.yaml\nseeds: [0]\n"
+                                     "slurm: {time: 12:00:00, eval_time: 30:00}\n")
+    (work / "cluster.yaml").write_text("gen_time: 1:30:00\n")
+    plan = load_plan(Path("sweep.yaml"), [])
+    config = load_slurm_config(plan, "cluster.yaml", [])
+    assert (config.time, config.eval_time, config.gen_time) == ("12:00:00", "30:00", "1:30:00")
+    config = load_slurm_config(plan, None, ["slurm.time=48:00:00", "eval_time=1:30"])
+    assert (config.time, config.eval_time) == ("48:00:00", "1:30")
+    submit(plan, config, dry_run=True, log=lambda _: None)
+    assert "--time=48:00:00" in sbatch_lines((plan.root / "slurm" / "train-sweep.sh").read_text())
+
+
+def test_slurm_seconds_reads_every_slurm_time_format():
+    from launch.slurm import slurm_seconds
+
+    assert [slurm_seconds(t) for t in ("90", "1:30", "2:00:00", "1-12", "1-0:30", "2-00:00:10")
+            ] == [5400, 90, 7200, 129600, 88200, 172810]
+
+
+def test_generation_jobs_go_to_the_cpu_partition_without_the_gpu_constraint(work):
+    plan, config = plan_and_config("sweep.yaml", "partition=gpu", "constraint=a100",
+                                   "cpu_partition=cpu")
+    submit(plan, config, dry_run=True, log=lambda _: None)
+    gen = sbatch_lines((plan.root / "slurm" / f"gen-array-{plan.corpora[0].name}.sh").read_text())
+    train = sbatch_lines((plan.root / "slurm" / "train-sw.sh").read_text())
+    assert "--partition=cpu" in gen and not any(o.startswith("--constraint") for o in gen)
+    assert "--partition=gpu" in train and "--constraint=a100" in train
 
 
 def test_an_unknown_slurm_file_lists_the_shipped_ones(work):

@@ -108,12 +108,40 @@ def test_runs_with_one_corpus_config_share_one_corpus_and_the_plan_files_reload_
     ("seeds: [0, x]\n", "seeds=[0, 'x']: must be a non-empty list of whole numbers"),
     ("name: x\n", "a sweep needs at least one axis"),
     ("grid: {model.n_layer: [0]}\n", "model.n_layer=0"),
+    ("grid: [model.pos]\n", "grid=['model.pos']: must be a mapping of axes"),
+    ("gridd: {model.pos: [rope]}\n", "gridd={'model.pos': ['rope']}: unknown sweep key"),
 ])
 def test_bad_sweeps_fail_in_one_line_naming_the_file_and_the_axis(tmp_path, body, message):
     path = write_sweep(tmp_path, body)
     with pytest.raises(ConfigError) as caught:
         load_sweep(path, [])
     assert message in str(caught.value) and str(caught.value).startswith(str(path))
+
+
+def test_a_corpus_file_as_an_axis_names_its_cache_directory_by_the_files_name(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "small_bios.yaml").write_text(
+        "family: bios\npeople: 20\ntokenizer: {vocab_size: 600}\n")
+    path = write_sweep(tmp_path, f"grid: {{corpus: [{tmp_path}/mine/small_bios.yaml]}}\n")
+    corpus, = load_plan(path, []).corpora
+    assert corpus.out.parent == (tmp_path / "corpora").resolve()  # not beside the config file
+    assert corpus.name.startswith("small_bios-")
+
+
+def test_status_of_a_sweep_file_reads_the_plan_the_file_makes_now(tmp_path, monkeypatch,
+                                                                  capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, "grid: {model.pos: [rope]}\n")
+    write_plan(load_plan(path, []))
+    path.write_text("experiment: base.yaml\ngrid: {model.pos: [rope, learned]}\n")
+    assert main(["status", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| pos-learned | pending | 0/4 |" in out and "2 pending" in out
+    assert main(["status", "no_such_sweep"]) == 2
+    assert "no_such_sweep: no such directory or file, and no shipped sweep or experiment" in \
+        capsys.readouterr().err
 
 
 def test_a_sweep_of_a_suite_and_a_missing_base_are_refused(tmp_path):
@@ -156,7 +184,7 @@ def test_dry_run_lists_the_runs_and_writes_nothing(tmp_path, monkeypatch, capsys
     path = write_sweep(tmp_path, "grid: {model.pos: [rope, learned]}\n")
     assert main(["sweep", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "sweep sweep: 2 runs in runs/sweep, 1 corpora" in out
+    assert "sweep sweep: 2 runs in runs/sweep, 1 corpus" in out
     assert "pos-learned  [model.pos=learned]" in out and "(shared by 2 runs)" in out
     assert not (tmp_path / "runs").exists() and not (tmp_path / "corpora").exists()
 
@@ -229,3 +257,36 @@ def test_training_and_evaluation_log_into_one_wandb_run_grouped_and_tagged_by_th
         assert call["resume"] == "allow"
     assert calls[0]["config"]["model"]["pos"] == "rope"  # the whole config: panels need no renaming
     assert "eval/qa/test/exact" in runs[1].summary
+
+
+def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resumes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from launch.status import checkpoint_step
+
+    path = write_sweep(tmp_path, "grid: {model.pos: [rope]}\n")
+    command = [sys.executable, "-m", "launch.cli", "sweep", str(path), "train.max_steps=150",
+               "train.ckpt_every=1000", "eval.tasks=[]"]
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    run_dir = tmp_path / "runs/sweep/pos-rope"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGINT)  # Ctrl-C: the executor's alone (the job has a session)
+    out, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, out
+    stopped = checkpoint_step(run_dir)
+    assert 0 < stopped < 150  # saved off the ckpt_every grid, on request
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "stopped"
+    assert "stopped with a checkpoint" in out
+    row, = statuses(tmp_path / "runs/sweep")
+    assert row.state == "pending" and row.detail == f"stopped at step {stopped}; rerun resumes"
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resumed from {run_dir.relative_to(tmp_path)}/checkpoints/step-{stopped:06d}" in \
+        (run_dir / "log.txt").read_text()
+    assert checkpoint_step(run_dir) == 150

@@ -116,7 +116,7 @@ class Experiment:
 def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
     """The config layers a group's entry stands for, and the group's name."""
     if isinstance(value, str):
-        return [_named_layer(group, group, value, source)], value
+        return [_named_layer(group, group, value, source)], _config_name(value)
     if value is None:
         return [], "default"
     if not isinstance(value, DictConfig):
@@ -124,10 +124,17 @@ def _group_layers(group: str, value: object, source: str) -> tuple[list, str]:
     layers, name = [], "inline"
     body = OmegaConf.masked_copy(value, [k for k in value if k != "base"])
     if "base" in value:
-        name = str(value.base)
-        layers.append(_named_layer(group, f"{group}.base", name, source))
+        name = _config_name(str(value.base))
+        layers.append(_named_layer(group, f"{group}.base", str(value.base), source))
     layers.append((body, source))
     return layers, name
+
+
+def _config_name(name_or_path: str) -> str:
+    """A config's name: a shipped config's own, a file's stem (`my/corpus.yaml`: `corpus`),
+    so that the corpus cache directory named after it is one directory under corpora/."""
+    return Path(name_or_path).stem if name_or_path.endswith((".yaml", ".yml")) else \
+        Path(name_or_path).name
 
 
 def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConfig, str]:
