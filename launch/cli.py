@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from corpus_gen.core.errors import CorpusError
-from trainer.errors import Preempted, TrainError
+from trainer.errors import PREEMPTED_EXIT, Preempted, TrainError
 
 USER_ERRORS = (CorpusError, TrainError)  # reported as one line, exit code 2
-PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped on a signal with a checkpoint saved; rerun resumes
 
 VERBS = {  # one line each: the top-level help lists them; each verb's --help opens with its own
     "gen": "generate a corpus from a corpus config: shards, eval sets, tokenizer, manifest",
@@ -158,11 +157,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from launch.plan import PLAN, read_plan
+    from launch.plan import PLAN
     from launch.report import report
 
     root = Path(args.runs[0])
-    if len(args.runs) == 1 and (root / PLAN).is_file() and read_plan(root)[0]["axes"]:
+    if len(args.runs) == 1 and not root.is_dir() and _plan_file(args.runs[0]) is not None:
+        from launch.plan import load_plan
+
+        root = load_plan(_plan_file(args.runs[0]), []).root  # a sweep file: its runs/<name>
+    if len(args.runs) == 1 and (root / PLAN).is_file():  # a sweep's, suite's or experiment's
         from launch.sweep_report import sweep_report
 
         out = Path(args.out) if args.out else root / "report"
@@ -176,14 +179,21 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace, overrides: list[str]):
+def _plan_file(name_or_path: str) -> Path | None:
+    """A sweep or experiment file (suites are experiments) by path, or a shipped one's name."""
     import configs
+
+    return next((path for group in ("sweep", "experiment")
+                 if (path := configs.find(group, name_or_path)) is not None), None)
+
+
+def _plan(args: argparse.Namespace, overrides: list[str]):
     from launch.plan import load_plan
 
-    # a shipped name is a sweep's or an experiment's (suites are experiments)
-    groups = ("sweep",) if args.verb == "sweep" else ("experiment", "sweep")
-    path = next((p for g in groups if (p := configs.find(g, args.config)) is not None), None)
-    return load_plan(path or _config_file(groups[0], args.config), overrides, args.run_dir)
+    path = _plan_file(args.config)
+    if path is None:  # the error lists the shipped configs of the verb's kind
+        path = _config_file("sweep" if args.verb == "sweep" else "experiment", args.config)
+    return load_plan(path, overrides, args.run_dir)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -238,14 +248,12 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import configs
     from launch.plan import load_plan
     from launch.status import status_table, statuses
 
     path = Path(args.path)
     if not path.is_dir():  # a sweep or experiment file, or a shipped one's name: its plan now
-        found = next((p for g in ("sweep", "experiment")
-                      if (p := configs.find(g, args.path)) is not None), None)
+        found = _plan_file(args.path)
         if found is None:
             raise TrainError(f"{args.path}: no such directory or file, and no shipped sweep or "
                              "experiment of that name")
@@ -321,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = verb_parser("report")
     report.add_argument("runs", nargs="+", metavar="RUN",
-                        help="run directories, or one sweep's root (runs/<sweep>)")
+                        help="run directories, or one sweep's root (runs/<sweep>) or file")
     report.add_argument("--out", metavar="DIR",
                         help="where the report goes (default: report/ in the current folder; "
                              "a sweep's: <root>/report); a previous report there is replaced, "

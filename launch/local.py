@@ -8,21 +8,23 @@ is not done.
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.io import atomic_write
-from launch.cli import PREEMPTED_EXIT
 from launch.experiment import prepare_corpus, took
 from launch.plan import Plan, RunJob, write_plan
-from launch.status import JOB, LOG, last_error, run_finished
+from launch.status import JOB, LOG, last_error, process_alive, read_job, run_finished
+from trainer.errors import PREEMPTED_EXIT, TrainError
 
 _POLL_SECONDS = 0.5
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
@@ -42,6 +44,7 @@ class _Job:
 def execute(plan: Plan, jobs: int = 1, workers: int = 1,
             log: Callable[[str], None] = print) -> dict[str, str]:
     """Run the plan; each run's final state (done, failed, stopped) by name."""
+    _refuse_running(plan)
     write_plan(plan)
     corpus_errors = _generate_corpora(plan, workers, log)
     states: dict[str, str] = {}
@@ -54,32 +57,66 @@ def execute(plan: Plan, jobs: int = 1, workers: int = 1,
     running: list[_Job] = []
     threads = max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(waiting) or 1)))
     try:
-        while waiting or running:
-            for run in list(waiting):
-                blocked = _blocked(run, states, corpus_errors)
-                if blocked:
-                    waiting.remove(run)
-                    states[run.name] = "failed"
-                    _record(run, "failed", "train", error=blocked)
-                    log(f"run    | {run.name}: failed: {blocked}")
-                elif (run.parent is None or states.get(run.parent) == "done") \
-                        and len(running) < jobs:
-                    waiting.remove(run)
-                    running.append(_start(run, "train", threads, log))
-            for job in [job for job in running if job.process.poll() is not None]:
-                running.remove(job)
-                follow = _finish(job, states, log)
-                if follow is not None:
-                    running.append(_start(job.run, follow, threads, log))
-            time.sleep(_POLL_SECONDS)
-    except KeyboardInterrupt:
-        for job in running:  # physlm train saves a checkpoint on SIGTERM and stops
-            job.process.terminate()
-        for job in running:
-            job.process.wait()
-            _finish(job, states, log)
-        raise
+        with _interrupted_by(signal.SIGTERM, signal.SIGHUP):
+            while waiting or running:
+                for run in list(waiting):
+                    blocked = _blocked(run, states, corpus_errors)
+                    if blocked:
+                        waiting.remove(run)
+                        states[run.name] = "failed"
+                        _record(run, "failed", "train", error=blocked)
+                        log(f"run    | {run.name}: failed: {blocked}")
+                    elif (run.parent is None or states.get(run.parent) == "done") \
+                            and len(running) < jobs:
+                        waiting.remove(run)
+                        running.append(_start(run, "train", threads, log))
+                for job in [job for job in running if job.process.poll() is not None]:
+                    running.remove(job)
+                    follow = _finish(job, states, log)
+                    if follow is not None:
+                        running.append(_start(job.run, follow, threads, log))
+                time.sleep(_POLL_SECONDS)
+    finally:  # however the executor ends, no job goes on alone: each saves and stops
+        _stop(running, states, log)
     return states
+
+
+def _refuse_running(plan: Plan) -> None:
+    """Two trainers in one run directory would interleave checkpoints and metrics: refuse while
+    a job of an earlier launch still runs."""
+    for run in plan.runs:
+        job = read_job(run.run_dir)
+        if job.get("state") == "running" and process_alive(job):
+            raise TrainError(f"run {run.name}: still running ({job.get('stage')}, pid "
+                             f"{job['pid']} on {job['host']}); wait for it, or stop it "
+                             f"(kill {job['pid']}: it saves a checkpoint) and launch again")
+
+
+@contextmanager
+def _interrupted_by(*signals: signal.Signals) -> Iterator[None]:
+    """These signals end the executor as Ctrl-C does (its jobs stopped with a checkpoint)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _stop(running: list["_Job"], states: dict[str, str], log: Callable[[str], None]) -> None:
+    """Ask each job still running to stop (physlm train saves a checkpoint on SIGTERM), wait
+    for it, and record it as stopped."""
+    for job in running:
+        job.process.terminate()
+    for job in running:
+        job.process.wait()
+        job.log.close()
+        states[job.run.name] = "stopped"
+        _record(job.run, "stopped", job.stage, code=job.process.returncode)
+        log(f"{job.stage:<6} | {job.run.name}: stopped; a rerun resumes")
 
 
 def _generate_corpora(plan: Plan, workers: int, log: Callable[[str], None]) -> dict[str, str]:
@@ -112,7 +149,7 @@ def _blocked(run: RunJob, states: dict[str, str], corpus_errors: dict[str, str])
 
 
 def command(run: RunJob, stage: str) -> list[str]:
-    """The physlm command line of a run's stage, as the Slurm scripts run it too."""
+    """The physlm command line of a run's stage (slurm/train.sh and eval.sh spell it out)."""
     if stage == "train":
         return ["-m", "launch.cli", "train", str(run.experiment_file), "--run-dir",
                 str(run.run_dir), "--corpus", str(run.corpus.out)]

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from corpus_gen.core.config import CorpusConfig, config_dict
 from corpus_gen.core.io import atomic_write
 from launch.experiment import corpus_dir
-from launch.suite import is_suite, load_suite
+from launch.suite import finetune_from, is_suite, load_suite
 from launch.sweep import is_sweep, load_sweep
 from trainer.config import Experiment, load_experiment
 from trainer.errors import TrainError
@@ -91,13 +91,11 @@ def _plan(name: str, kind: str, root: Path, source: str, axes: list[str],
     for run_name, experiment, parent, values in named:
         run_dir = root if kind == "experiment" else root / run_name
         experiment.train.wandb.group = experiment.train.wandb.group or name
-        experiment.train.wandb.tags = experiment.train.wandb.tags or [
-            f"{axis}={value}" for axis, value in values.items()]
+        experiment.train.wandb.tags = [*experiment.train.wandb.tags,
+                                       *(f"{axis}={value}" for axis, value in values.items())]
         after = []
         if parent is not None:  # finetuning: the parent's weights and tokenizer
-            experiment.train.init_from = str(runs[parent].run_dir)
-            if experiment.corpus is not None and experiment.corpus.tokenizer.reuse is None:
-                experiment.corpus.tokenizer.reuse = str(runs[parent].corpus.out.resolve())
+            finetune_from(experiment, runs[parent].run_dir, corpus_dir(runs[parent].experiment))
             after = [runs[parent].corpus.name]
         out = corpus_dir(experiment).resolve()  # refuses an experiment without a corpus
         if out not in corpora:
@@ -193,7 +191,11 @@ def find_root(path: Path) -> Path:
         return path
     record = path / RUN_RECORD
     if record.is_file():
-        return Path(json.loads(record.read_text())["root"])
+        try:
+            return Path(json.loads(record.read_text())["root"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TrainError(f"{record}: not a readable run record ({type(exc).__name__}: "
+                             f"{exc})") from None
     if path.is_dir():
         raise TrainError(f"{path}: neither a plan's root (no {PLAN}) nor a run of one")
     raise TrainError(f"{path}: no such directory")

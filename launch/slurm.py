@@ -38,9 +38,10 @@ from corpus_gen.core.io import atomic_write
 from corpus_gen.core.manifest import recorded_entries
 from corpus_gen.core.registry import get_family
 from launch.experiment import corpus_finished
+from launch.local import PACKAGE_ROOT
 from launch.plan import CorpusJob, Plan, RunJob, write_plan
 from launch.slurm_status import JOBS, read_jobs, squeue
-from launch.status import checkpoint_step, evaluated_at
+from launch.status import evaluated, trained
 from trainer.errors import TrainError
 
 LAUNCHERS = ("torchrun", "srun")
@@ -219,7 +220,10 @@ def submit(plan: Plan, slurm: SlurmConfig, dry_run: bool,
         log("slurm  | nothing to submit: every corpus, training and evaluation is done")
     for job in jobs:
         dependency = job.dependency()
-        options = ["--parsable", *([f"--dependency={dependency}"] if dependency else [])]
+        # a job whose dependency failed is cancelled, not left pending forever (which would
+        # also block the resubmission, see _refuse_queued)
+        options = ["--parsable", *([f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
+                                   if dependency else [])]
         if dry_run:
             log(" ".join(["sbatch", *options, shlex.quote(str(job.script))]))
             continue
@@ -264,7 +268,10 @@ def _corpus_jobs(ctx: _Context, corpus: CorpusJob, waits: list[Submission]
         jobs.append(_gen_job(ctx, corpus, "gen-prepare", waits))
     if missing:
         jobs.append(_gen_job(ctx, corpus, "gen-array", jobs[-1:] or waits, ranges, missing))
-    jobs.append(_gen_job(ctx, corpus, "gen-manifest", jobs[-1:] or waits))
+    manifest = _gen_job(ctx, corpus, "gen-manifest", jobs[-1:] or waits)
+    if missing:  # after the array however its tasks ended: it redoes what a failed task left
+        manifest.dependency_type = "afterany"
+    jobs.append(manifest)
     return jobs
 
 
@@ -312,9 +319,10 @@ def _run_jobs(ctx: _Context, manifests: dict[str, Submission]) -> list[Submissio
     plan = ctx.plan
     todo, unevaluated = [], []
     for run in plan.runs:
-        if not _trained(run):
+        if not trained(run.run_dir, run.experiment.train.max_steps):
             todo.append(run)
-        elif not _evaluated(run):
+        elif not evaluated(run.run_dir, run.experiment.train.max_steps,
+                           list(run.experiment.eval.tasks)):
             ctx.log(f"slurm  | run {run.name}: trained already")
             unevaluated.append(run)
         else:
@@ -338,16 +346,6 @@ def _run_jobs(ctx: _Context, manifests: dict[str, Submission]) -> list[Submissio
         jobs += _eval_jobs(ctx, name, unevaluated, _runs_file(ctx, "eval", name, unevaluated),
                            None)
     return jobs
-
-
-def _trained(run: RunJob) -> bool:
-    return checkpoint_step(run.run_dir) >= run.experiment.train.max_steps
-
-
-def _evaluated(run: RunJob) -> bool:
-    """Whether each of the run's eval.tasks (if any) has a result of its final step."""
-    return all((evaluated_at(run.run_dir, task) or 0) >= run.experiment.train.max_steps
-               for task in run.experiment.eval.tasks)
 
 
 def _train_job(ctx: _Context, name: str, runs: list[RunJob], runs_file: Path,
@@ -431,6 +429,7 @@ def _runs_file(ctx: _Context, kind: str, name: str, runs: list[RunJob]) -> Path:
 def _common(ctx: _Context) -> dict[str, str]:
     """The placeholders every template has."""
     return {"plan": ctx.plan.name, "workdir": _quoted(ctx.workdir),
+            "package_root": shlex.quote(PACKAGE_ROOT),
             "setup": "\n".join(ctx.slurm.setup), "python": ctx.slurm.python}
 
 
@@ -512,7 +511,8 @@ def _record(path: Path, job: Submission) -> None:
 def _refuse_queued(path: Path) -> None:
     """Refuse to submit while jobs recorded for this plan are still queued or running: their
     runs would be trained twice, in one run directory."""
-    queued = {key.split("_")[0] for key in squeue()}
+    queued = {key.split("_")[0] for key, (_, reason) in squeue().items()
+              if reason != "DependencyNeverSatisfied"}  # never to run: no obstacle
     waiting = [record for record in read_jobs(path) if record["id"] in queued]
     if waiting:
         ids = " ".join(dict.fromkeys(record["id"] for record in waiting))

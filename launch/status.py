@@ -51,9 +51,18 @@ def evaluated_at(run_dir: Path, task: str) -> int | None:
         return None
 
 
+def trained(run_dir: Path, max_steps: int) -> bool:
+    """Whether the run's latest checkpoint is at train.max_steps."""
+    return checkpoint_step(run_dir) >= max_steps
+
+
+def evaluated(run_dir: Path, max_steps: int, tasks: list[str]) -> bool:
+    """Whether each task of eval.tasks has results of the final step."""
+    return all((evaluated_at(run_dir, task) or 0) >= max_steps for task in tasks)
+
+
 def run_finished(run_dir: Path, max_steps: int, tasks: list[str]) -> bool:
-    return checkpoint_step(run_dir) >= max_steps and all(
-        evaluated_at(run_dir, task) == max_steps for task in tasks)
+    return trained(run_dir, max_steps) and evaluated(run_dir, max_steps, tasks)
 
 
 def last_metrics(run_dir: Path) -> dict:
@@ -116,13 +125,13 @@ def run_status(run: PlannedRun, slurm: dict[str, tuple[str, str]]) -> RunStatus:
     job = read_job(run.run_dir)
     if job.get("state") == "running" and process_alive(job):
         return status("running", f"{job.get('stage', '')} (pid {job['pid']})")
-    if job.get("state") == "failed":
-        return status("failed", job.get("error") or last_error(run.run_dir / LOG))
-    if run.name in slurm:
+    if run.name in slurm:  # a submission after a local attempt: Slurm's word is the newer
         state, detail = slurm[run.name]
         if state == "failed":
             detail = " ".join(filter(None, [detail, last_error(run.run_dir / LOG)]))
         return status(state, detail)
+    if job.get("state") == "failed":
+        return status("failed", job.get("error") or last_error(run.run_dir / LOG))
     if job.get("state") == "stopped":
         return status("pending", f"stopped at step {checkpoint_step(run.run_dir)}; rerun "
                                  "resumes")

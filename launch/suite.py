@@ -76,6 +76,14 @@ def load_suite(path: Path, overrides: list[str]) -> Suite:
     return Suite(name, result, source)
 
 
+def finetune_from(experiment: Experiment, parent_dir: Path, parent_corpus: Path) -> None:
+    """Make `experiment` finetune the run in `parent_dir`: its weights, and the tokenizer of its
+    corpus (as the path `corpus_dir` gives, relative: the path is part of the corpus config)."""
+    experiment.train.init_from = str(parent_dir)
+    if experiment.corpus is not None and experiment.corpus.tokenizer.reuse is None:
+        experiment.corpus.tokenizer.reuse = str(parent_corpus)
+
+
 def run_suite(suite: Suite, root: Path, workers: int,
               log: Callable[[str], None] = print) -> dict[str, tuple[Path, dict]]:
     """Each run in order, in `root/<run>`: run directory and evaluation results by run name."""
@@ -84,10 +92,7 @@ def run_suite(suite: Suite, root: Path, workers: int,
     for run in suite.runs:
         experiment = run.experiment
         if run.parent is not None:
-            parent_dir, parent_corpus = done[run.parent]
-            experiment.train.init_from = str(parent_dir)
-            if experiment.corpus is not None and experiment.corpus.tokenizer.reuse is None:
-                experiment.corpus.tokenizer.reuse = str(parent_corpus)
+            finetune_from(experiment, *done[run.parent])
         log(f"\nsuite  | {suite.name}: run {run.name}"
             + (f" (finetuning {run.parent})" if run.parent else ""))
         run_dir = root / run.name

@@ -79,6 +79,9 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
             raise ConfigError(str(key), _plain(given[key]),
                               f"unknown sweep key; expected {SWEEP_KEYS}", source)
     name = str(given.get("name", path.stem))
+    if _safe(name) != name:  # it names directories, W&B groups and Slurm jobs
+        raise ConfigError("name", name, "must be a plain name: letters, digits and _ . + = -",
+                          source)
     if "experiment" not in given:
         raise ConfigError("experiment", None, "a sweep names its base experiment", source)
     base = configs.find("experiment", str(given.experiment), relative_to=path.parent)
@@ -110,8 +113,10 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
              for point in combinations]
     for index, run in enumerate(names):  # before any run is built: a clash is the file's error
         if run in names[:index]:
-            raise ConfigError(combinations[index][-1][0].key, run, f"two runs would be named "
-                              f"{run}; give the axis distinct values or labels", source)
+            other = combinations[names.index(run)]  # the axis the two points differ on
+            axis = next(a for (a, i), (_, j) in zip(combinations[index], other) if i != j)
+            raise ConfigError(axis.key, run, f"two runs would be named {run}; give the axis "
+                              "distinct values or labels", source)
     points = []
     for run, point in zip(names, combinations):
         experiment = _experiment(base, common, point, overrides, source)

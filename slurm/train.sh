@@ -33,11 +33,12 @@ trap 'stop_requested=1; touch "$run_dir/.stop"' USR1
 {{launch}} \
     -m launch.cli train "$run_dir/experiment.yaml" --run-dir "$run_dir" --corpus "$corpus" &
 trainer=$!
-# `wait` returns as soon as a trapped signal arrives: wait again until the trainer has exited.
+# `wait` returns 128+10 as soon as the trapped USR1 arrives, the trainer still running or just
+# ending: wait again, for its own exit status (bash keeps it until it is asked for).
 while :; do
     status=0
     wait "$trainer" || status=$?
-    kill -0 "$trainer" 2>/dev/null || break
+    [ "$status" = 138 ] && [ "$stop_requested" = 1 ] || break
 done
 
 # Stopped on request (the trap fired and the trainer did not finish): requeue. The exit code

@@ -86,7 +86,8 @@ def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
     ("model.dropout=1.5", "model.dropout", 1.5, "must be in [0, 1)"),
     ("model.init_std=0", "model.init_std", 0.0, "must be > 0 and finite"),
     ("eval.qa.max_people=-1", "eval.qa.max_people", -1, "must be >= 0 (0: all)"),
-    ("train.wandb=3", "train.wandb", 3, "must be a mapping of keys: entity, group, mode, project, tags"),
+    ("train.wandb=3", "train.wandb", 3,
+     "must be a mapping of keys: entity, group, mode, project, tags"),
     ("eval.tasks=qa", "eval.tasks", "qa", "must be a list, e.g. [qa]"),
     ("eval.qa.splits.x=3", "eval.qa.splits", {"x": 3}, "must be a list, e.g. [test, train]"),
 ])

@@ -102,10 +102,13 @@ def test_the_chain_runs_gen_prepare_array_manifest_then_one_train_array_then_eva
     assert [job.kind for job in jobs] == ["gen-prepare", "gen-array", "gen-manifest", "train",
                                          "eval"]
     assert [job.job_id for job in jobs] == ["1001", "1002", "1003", "1004", "1005"]
+    kill = "--kill-on-invalid-dep=yes"  # a job whose dependency failed is cancelled
     assert [args[:-1] for args, _ in calls] == [
-        ["--parsable"], ["--parsable", "--dependency=afterok:1001"],
-        ["--parsable", "--dependency=afterok:1002"], ["--parsable", "--dependency=afterok:1003"],
-        ["--parsable", "--dependency=aftercorr:1004"]]
+        ["--parsable"], ["--parsable", "--dependency=afterok:1001", kill],
+        # the manifest job runs however the array's tasks ended: it redoes what they left
+        ["--parsable", "--dependency=afterany:1002", kill],
+        ["--parsable", "--dependency=afterok:1003", kill],
+        ["--parsable", "--dependency=aftercorr:1004", kill]]
     assert [Path(args[-1]).name for args, _ in calls] == [
         f"{kind}-{name}.sh" for kind, name in [
             ("gen-prepare", plan.corpora[0].name), ("gen-array", plan.corpora[0].name),
@@ -121,7 +124,7 @@ def test_the_chain_runs_gen_prepare_array_manifest_then_one_train_array_then_eva
     records = json.loads((plan.root / "slurm" / JOBS).read_text())["jobs"]
     assert [(r["id"], r["kind"], r["dependency"], r["array"]) for r in records] == [
         ("1001", "gen-prepare", None, None), ("1002", "gen-array", "afterok:1001", [0, 1, 2]),
-        ("1003", "gen-manifest", "afterok:1002", None),
+        ("1003", "gen-manifest", "afterany:1002", None),
         ("1004", "train", "afterok:1003", [0, 1, 2]), ("1005", "eval", "aftercorr:1004", [0, 1, 2])]
     assert records[1]["shards"] == ["0-1", "1-3", "3-5"]
     assert records[3]["runs"] == ["seed-0", "seed-1", "seed-2"]
@@ -141,12 +144,14 @@ def test_a_finetuning_run_trains_one_generation_after_its_parent_on_dry_run(
     scripts_dir = plan.root.resolve() / "slurm"
     sbatch = [line for line in lines if line.startswith("sbatch ")]
     # the finetuning corpus reuses the pretraining corpus's tokenizer: it waits for it
-    assert sbatch[3] == (f"sbatch --parsable --dependency=afterok:<gen-manifest {pre}> "
+    kill = "--kill-on-invalid-dep=yes"
+    assert sbatch[3] == (f"sbatch --parsable --dependency=afterok:<gen-manifest {pre}> {kill} "
                          f"{scripts_dir / f'gen-prepare-{ft}.sh'}")
-    assert sbatch[6].startswith(f"sbatch --parsable --dependency=afterok:<gen-manifest {pre}> ")
+    assert sbatch[6].startswith(
+        f"sbatch --parsable --dependency=afterok:<gen-manifest {pre}> {kill} ")
     assert sbatch[7].startswith(
-        f"sbatch --parsable --dependency=afterok:<gen-manifest {ft}>:<train s> ")
-    assert sbatch[8] == (f"sbatch --parsable --dependency=aftercorr:<train s-g1> "
+        f"sbatch --parsable --dependency=afterok:<gen-manifest {ft}>:<train s> {kill} ")
+    assert sbatch[8] == (f"sbatch --parsable --dependency=aftercorr:<train s-g1> {kill} "
                          f"{scripts_dir / 'eval-s-g1.sh'}")
     assert all(job.job_id is None for job in jobs) and submitted(fake_slurm) == []
     assert not (scripts_dir / JOBS).exists()
@@ -314,7 +319,7 @@ def test_a_corpus_with_recorded_shards_resubmits_only_the_missing_array_tasks(wo
     jobs = submit(plan, config, dry_run=False, log=lambda _: None)
     assert [(job.kind, job.array, job.shards, job.dependency()) for job in jobs[:2]] == [
         ("gen-array", [1, 3], ["1-2", "3-5"], None),
-        ("gen-manifest", None, [], "afterok:1001")]
+        ("gen-manifest", None, [], "afterany:1001")]
     script = submitted(fake_slurm)[0][1]
     assert "--array=1,3%2" in sbatch_lines(script) and "RANGES=(0-1 1-2 2-3 3-5)" in script
     assert array_spec([0, 1, 2, 5, 7, 8], 0) == "0-2,5,7-8"

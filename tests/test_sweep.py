@@ -103,6 +103,9 @@ def test_runs_with_one_corpus_config_share_one_corpus_and_the_plan_files_reload_
     ("grid: {shape: {}}\n", "grid.shape={}: an axis needs at least one value"),
     ("grid: {model.pos: [rope]}\nsweeps: 3\n", "sweeps=3: unknown sweep key"),
     ("grid: {train.lr: ['1/2', '1_2']}\n", "two runs would be named lr-1_2"),
+    ("grid: {train.lr: ['1/2', '1_2']}\nseeds: [0, 1]\n",
+     "grid.train.lr='lr-1_2.seed-0': two runs would be named"),
+    ("name: ../up\nseeds: [0]\n", "name='../up': must be a plain name"),
     ("zip: {model.n_layer: [1, 2], model.d_model: [32]}\n", "equally many values"),
     ("grid: {seed: [1, 2]}\n", "`seed` is the seeds axis"),
     ("seeds: [0, x]\n", "seeds=[0, 'x']: must be a non-empty list of whole numbers"),
@@ -217,6 +220,9 @@ def test_a_sweep_runs_end_to_end_two_at_a_time_and_a_failed_run_fails_alone(
     assert main(["status", "runs/sweep"]) == 1
     assert main(["status", "runs/sweep/start-scratch"]) == 0
     assert "| start-scratch | done | 4/4 |" in capsys.readouterr().out
+    assert main(["report", str(path)]) == 0  # the sweep file stands for its root
+    out = capsys.readouterr().out
+    assert "| scratch |" in out and "report | runs/sweep/report: plots, runs, sweep.csv" in out
 
 
 class _FakeWandbRun:
@@ -290,3 +296,39 @@ def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resu
     assert f"resumed from {run_dir.relative_to(tmp_path)}/checkpoints/step-{stopped:06d}" in \
         (run_dir / "log.txt").read_text()
     assert checkpoint_step(run_dir) == 150
+
+
+def test_a_launch_is_refused_while_a_run_of_the_plan_is_still_being_trained(tmp_path,
+                                                                           monkeypatch):
+    import os
+    import socket
+
+    from launch.local import execute
+    from trainer.errors import TrainError
+
+    monkeypatch.chdir(tmp_path)
+    plan = load_plan(write_sweep(tmp_path, "grid: {model.pos: [rope]}\n"), [])
+    run_dir = plan.runs[0].run_dir
+    run_dir.mkdir(parents=True)
+    alive = {"state": "running", "stage": "train", "pid": os.getpid(),
+             "host": socket.gethostname()}
+    (run_dir / "job.json").write_text(json.dumps(alive))
+    with pytest.raises(TrainError, match=f"run pos-rope: still running \\(train, pid "
+                                         f"{os.getpid()} on "):
+        execute(plan, log=lambda _: None)
+    assert not (tmp_path / "corpora").exists()  # refused before anything is done
+
+
+def test_status_prefers_a_later_slurm_job_to_a_local_failure(tmp_path, monkeypatch):
+    import launch.status
+
+    monkeypatch.chdir(tmp_path)
+    plan = load_plan(write_sweep(tmp_path, "grid: {model.pos: [rope]}\n"), [])
+    write_plan(plan)
+    (plan.runs[0].run_dir / "job.json").write_text(
+        json.dumps({"state": "failed", "error": "an old local failure"}))
+    assert statuses(plan.root)[0].detail == "an old local failure"
+    monkeypatch.setattr(launch.status, "slurm_states",
+                        lambda root: {"pos-rope": ("running", "train job 12_0 RUNNING")})
+    row, = statuses(plan.root)
+    assert (row.state, row.detail) == ("running", "train job 12_0 RUNNING")

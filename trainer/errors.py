@@ -7,6 +7,9 @@ class TrainError(Exception):
     """A problem with the run's inputs (checkpoint, corpus, config) or a diverged run."""
 
 
+PREEMPTED_EXIT = 75  # physlm train's exit code after a Preempted stop (EX_TEMPFAIL)
+
+
 class Preempted(Exception):
     """The run stopped on request (a signal or the stop file) after saving `checkpoint` at
     `step`; running it again resumes it. Not a TrainError: nothing is wrong with the run."""

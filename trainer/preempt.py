@@ -1,9 +1,11 @@
 """Stopping a run on request at a step boundary, with a checkpoint, so that it can be requeued.
 
-Slurm warns a job before its time is up (`--signal=B:USR1@300`); the batch script then creates
-`<run_dir>/.stop` and forwards SIGUSR1 to the job step. Either request, or a SIGTERM, asks the
-loop to save a checkpoint at the next optimizer-step boundary and stop; `train.resume=auto`
-continues from there. The loop combines the request into its per-step all-reduce, so that
+Slurm warns a job before its time is up (`--signal=B:USR1@300`, to the batch shell only); the
+batch script (slurm/train.sh) then creates `<run_dir>/.stop`, which rank 0 looks for each step,
+whatever launched the ranks (torchrun itself would die of a forwarded USR1). That file, or a
+SIGUSR1 or SIGTERM to any rank (the local executor's stop, `kill`), asks the loop to save a
+checkpoint at the next optimizer-step boundary and stop; `train.resume=auto` continues from
+there. The loop combines the request into its per-step all-reduce, so that
 every rank stops at the same step whichever rank was asked.
 """
 

@@ -193,6 +193,8 @@ def _refuse_overlapping_writers(out: Path, part: Part | None) -> None:
         holder = lock_holder(path)
         if holder:
             raise busy(out, holder)
+        if part is None:  # a killed part's lock file: the full gen, alone here, tidies it away
+            path.unlink(missing_ok=True)
 
 
 def _disjoint(part: Part | None, lock: re.Match) -> bool:
