@@ -429,8 +429,17 @@ def _runs_file(ctx: _Context, kind: str, name: str, runs: list[RunJob]) -> Path:
 def _common(ctx: _Context) -> dict[str, str]:
     """The placeholders every template has."""
     return {"plan": ctx.plan.name, "workdir": _quoted(ctx.workdir),
-            "package_root": shlex.quote(PACKAGE_ROOT),
+            "pythonpath": _pythonpath(),
             "setup": "\n".join(ctx.slurm.setup), "python": ctx.slurm.python}
+
+
+def _pythonpath() -> str:
+    """Where physlm runs from a source checkout (its pyproject.toml beside the packages), the
+    jobs import that same checkout; an installed physlm is the setup lines' business."""
+    if not (Path(PACKAGE_ROOT) / "pyproject.toml").is_file():
+        return "# physlm comes from the environment the setup lines activate"
+    return ("# the physlm checkout that submitted this job, installed on the nodes or not\n"
+            f"export PYTHONPATH={shlex.quote(PACKAGE_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}")
 
 
 def _sbatch_lines(ctx: _Context, kind: str, name: str, own: list[str],

@@ -8,8 +8,7 @@
 
 set -eo pipefail
 cd {{workdir}}
-# the physlm that submitted this job, also from a source checkout that is not installed
-export PYTHONPATH={{package_root}}${PYTHONPATH:+:$PYTHONPATH}
 # the setup lines run before `set -u`: module and conda scripts read variables that are unset
 {{setup}}
 set -u
+{{pythonpath}}

@@ -206,6 +206,8 @@ def test_resources_from_each_layer_land_in_the_scripts(work):
     assert body[start + 2:start + 5] == ["module load cuda/12.4", "source /opt/venv/bin/activate",
                                          "set -u"]
     assert "python -m torch.distributed.run" in train and "--nproc_per_node=4" in train
+    # from a source checkout the jobs import that checkout, installed on the nodes or not
+    assert f"export PYTHONPATH={Path(__file__).resolve().parents[1]}" in train
     evaluation = sbatch_lines((plan.root / "slurm" / "eval-sw.sh").read_text())
     assert "--gpus-per-node=1" in evaluation and "--cpus-per-task=8" in evaluation
     assert "--time=00:30:00" in evaluation and not any(o.startswith("--mem") for o in evaluation)
