@@ -324,7 +324,6 @@ def test_a_corpus_with_recorded_shards_resubmits_only_the_missing_array_tasks(wo
         ("gen-manifest", None, [], "afterany:1001")]
     script = submitted(fake_slurm)[0][1]
     assert "--array=1,3%2" in sbatch_lines(script) and "RANGES=(0-1 1-2 2-3 3-5)" in script
-    assert array_spec([0, 1, 2, 5, 7, 8], 0) == "0-2,5,7-8"
 
 
 def test_sbatch_missing_is_one_clear_line(work, monkeypatch):
@@ -395,8 +394,6 @@ def test_slurm_states_without_slurm_commands_or_jobs_is_empty(work, fake_slurm, 
     submit(plan, config, dry_run=False, log=lambda _: None)
     monkeypatch.setenv("PATH", str(work))  # no squeue, no sacct
     assert slurm_states(plan.root) == {}
-    assert task_keys("12_[0-2,5%4]") == ["12_0", "12_1", "12_2", "12_5"]
-    assert task_keys("12.batch") == []
 
 
 def sha256_tree(root: Path) -> dict[str, str]:
@@ -456,3 +453,14 @@ def test_the_train_script_requeues_on_usr1_and_the_requeued_job_resumes(work, fa
            "of 300)" in again.stdout
     assert (run_dir / "checkpoints" / "latest").read_text() == "step-000300"
     assert (fake_slurm / "scontrol.log").read_text() == "requeue 4242\n"  # not requeued again
+
+
+def test_an_array_spec_writes_runs_of_indices_as_ranges_with_the_cap():
+    assert array_spec([0, 1, 2, 5, 7, 8], 0) == "0-2,5,7-8"
+    assert array_spec([3], 4) == "3%4"
+
+
+def test_task_keys_expand_squeues_pending_array_ranges():
+    assert task_keys("12_[0-2,5%4]") == ["12_0", "12_1", "12_2", "12_5"]
+    assert task_keys("12_3") == ["12_3"] and task_keys("12") == ["12"]
+    assert task_keys("12.batch") == []
