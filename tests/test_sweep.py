@@ -288,7 +288,7 @@ def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resu
     stopped = checkpoint_step(run_dir)
     assert 0 < stopped < 150  # saved off the ckpt_every grid, on request
     assert json.loads((run_dir / "job.json").read_text())["state"] == "stopped"
-    assert "stopped with a checkpoint" in out
+    assert "train  | pos-rope: stopped; a rerun resumes" in out
     row, = statuses(tmp_path / "runs/sweep")
     assert row.state == "pending" and row.detail == f"stopped at step {stopped}; rerun resumes"
     again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
