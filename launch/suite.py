@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from corpus_gen.core.config import COMMAND_LINE, read_yaml
+from corpus_gen.core.config import COMMAND_LINE, read_yaml, refuse_unknown_keys
 from corpus_gen.core.errors import ConfigError
 from launch.experiment import run_experiment
 from trainer.config import Experiment, build_experiment
@@ -43,10 +43,7 @@ def load_suite(path: Path, overrides: list[str]) -> Suite:
     """The suite file's runs, each a validated experiment with the command line's overrides."""
     source = str(path)
     given = read_yaml(path)
-    for key in given:
-        if key not in SUITE_KEYS:
-            raise ConfigError(str(key), OmegaConf.to_container(given)[key],
-                              f"unknown suite key; expected {SUITE_KEYS}", source)
+    refuse_unknown_keys(given, SUITE_KEYS, "suite", source)
     name = str(given.get("name", path.stem))
     defaults, runs = given.get("defaults") or OmegaConf.create({}), given.runs
     for key, value in (("defaults", defaults), ("runs", runs)):

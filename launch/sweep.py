@@ -28,7 +28,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from corpus_gen.core.config import COMMAND_LINE, read_yaml
+from corpus_gen.core.config import COMMAND_LINE, read_yaml, refuse_unknown_keys
 from corpus_gen.core.errors import ConfigError
 from trainer.config import Experiment, load_experiment
 
@@ -74,10 +74,7 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
 
     source = str(path)
     given = read_yaml(path)
-    for key in given:
-        if key not in SWEEP_KEYS:
-            raise ConfigError(str(key), _plain(given[key]),
-                              f"unknown sweep key; expected {SWEEP_KEYS}", source)
+    refuse_unknown_keys(given, SWEEP_KEYS, "sweep", source)
     name = str(given.get("name", path.stem))
     if _safe(name) != name:  # it names directories, W&B groups and Slurm jobs
         raise ConfigError("name", name, "must be a plain name: letters, digits and _ . + = -",

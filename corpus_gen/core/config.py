@@ -50,6 +50,16 @@ class CorpusConfig:
                 self.tokenizer.sample_records, ">= 1")
 
 
+def refuse_unknown_keys(given: DictConfig, known: tuple[str, ...], what: str,
+                        source: str) -> None:
+    """A ConfigError naming the first top-level key of `given` not in `known` (a `what` file's
+    keys: sweep, suite)."""
+    for key in given:
+        if key not in known:
+            raise ConfigError(str(key), OmegaConf.to_container(given)[key],
+                              f"unknown {what} key; expected {known}", source)
+
+
 def require(condition: bool, key: str, value: object, reason: str) -> None:
     """Raise a ConfigError for `key` unless `condition` holds (used by `validate()`)."""
     if not condition:
