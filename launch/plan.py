@@ -138,9 +138,9 @@ def plan_record(plan: Plan) -> dict:
     return {
         "name": plan.name, "kind": plan.kind, "source": plan.source, "axes": plan.axes,
         "runs": [{"name": run.name, "dir": _relative(run.run_dir, plan.root),
-                  "axes": run.axes, "corpus_dir": str(run.corpus.out), "parent": run.parent,
-                  "max_steps": run.experiment.train.max_steps,
-                  "tasks": list(run.experiment.eval.tasks)} for run in plan.runs],
+                  "axes": run.axes, "corpus_dir": str(run.corpus_dir), "parent": run.parent,
+                  "max_steps": run.max_steps, "tasks": run.tasks}
+                 for run in planned_runs(plan)],
     }
 
 
