@@ -8,6 +8,7 @@ import pytest
 
 from corpus_gen.cfg.grammar import (
     DATA,
+    MAX_STRING_LENGTH,
     Grammar,
     GrammarError,
     grammar_from_dict,
@@ -154,6 +155,42 @@ def test_bad_grammars_are_grammar_errors_naming_the_problem(change, message):
         grammar_from_dict(_mutated(change), "tiny.json")
 
 
+def _chain(levels: int, terminals: int = 1) -> dict:
+    """A grammar of `levels` levels whose every symbol has the one rule (0, 0): its one string
+    has 2**levels terminals."""
+    return {"name": "chain", "terminals": terminals, "levels": [[[[0, 0]]]] * levels}
+
+
+@pytest.mark.parametrize("data, message", [
+    (_chain(60), "chain.json: 60 levels of nonterminals; at most 32 (MAX_DEPTH)"),
+    (_chain(20), "chain.json: its longest string has 1,048,576 terminals (20 levels of rules); "
+                 "at most 65,536 (MAX_STRING_LENGTH): use fewer levels or shorter rules"),
+    (_chain(1, 100_000), "chain.json: terminals=100000: at most 65,536 (MAX_SYMBOLS: each "
+                         "terminal is a token)"),
+    (_chain(1, 1_000_000_000), "chain.json: terminals=1000000000: at most 65,536 (MAX_SYMBOLS"),
+    ({"terminals": 1, "levels": [[[[0]]], [[[0]]] * 70_000]},
+     "chain.json: level 1 has 70,000 symbols and 70,000 rules; at most 65,536 symbols"),
+])
+def test_a_grammar_asking_for_more_than_the_limits_is_refused_before_sampling(data, message):
+    allowed = {**data, "allow_unreachable": True}
+    with pytest.raises(GrammarError) as caught:
+        grammar_from_dict(allowed, "chain.json")
+    assert str(caught.value).startswith(message)
+
+
+def test_a_grammar_at_the_limits_loads():
+    grammar = grammar_from_dict(_chain(16), "chain.json")  # 2**16 terminals, the most allowed
+    assert int(grammar.yield_bounds[0][1][0]) == MAX_STRING_LENGTH == 2**16
+
+
+def test_a_grammar_file_nested_too_deep_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"levels": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(GrammarError, match=f"^{path}: cannot read a grammar JSON: maximum "
+                                           "recursion depth exceeded"):
+        load_grammar(str(path))
+
+
 def test_unreachable_symbols_load_only_when_allowed():
     data = _mutated(lambda d: d["levels"][1].append([[0]]))
     grammar = grammar_from_dict({**data, "allow_unreachable": True}, "tiny.json")
@@ -238,6 +275,15 @@ def test_config_loads_shipped_file_and_random_grammars(tmp_path):
      [], "grammar", "cannot have 5 distinct rules"),
     ("grammar: random\nrandom:\n  sizes: [1, 2, 2]\n  size: 3\n", [], "random.size",
      "unknown key"),
+    # what a random grammar may ask for, bounded before it is drawn
+    ("grammar: random\n", [f"random.sizes=[1{',3' * 60}]"], "random.sizes",
+     "60 levels of nonterminals; at most 32 \\(MAX_DEPTH\\)"),
+    ("grammar: random\n", ["random.sizes=[1,3,1000000000]"], "random.sizes",
+     "at most 65,536 symbols a level"),
+    ("grammar: random\n", ["random.sizes=[1,3,3]", "random.rules=[1,1000000]"], "random.rules",
+     "up to 3,000,000 rules a level; at most 1,048,576 \\(MAX_RULES\\)"),
+    ("grammar: random\n", [f"random.sizes=[1{',3' * 12}]"], "random.rule_length",
+     "over 12 levels allows strings of 531,441 terminals; at most 65,536"),
 ])
 def test_bad_grammar_and_random_specs_are_config_errors_naming_the_key(
         tmp_path, text, overrides, key, reason):

@@ -1,16 +1,19 @@
 """Inverse search (Part 3.2): the bios corpus's inverse eval sets, and the `reversal` task
 scored through real greedy generation with planted models: one that names every person scores
 1.0, one right only in the first name scores first_name 1.0 and full_name 0.0, one that names
-another person scores 0.0."""
+another person scores 0.0. A question that fits two people is not asked, and counted."""
 
 import json
+from collections import Counter
 
 import pytest
 
+from corpus_gen.bios import inverse
 from corpus_gen.bios.inverse import LEVELS, inverse_rows
 from corpus_gen.bios.people import ATTRIBUTES, full_name
 from corpus_gen.bios.qa import eval_rows, qa_document
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
+from tests.conftest import record_eval_set
 from tests.test_qa_eval import ELSEWHERE, PEOPLE, context_for, plant
 from trainer.eval import reversal
 
@@ -18,12 +21,14 @@ from trainer.eval import reversal
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     texts = [qa_document(p, tuple(range(len(ATTRIBUTES))), False)[0] for p in PEOPLE]
-    texts += [f"{row['prompt']} {row['answer']}." for p in PEOPLE for row in inverse_rows(p, "x")]
+    texts += [f"{row['prompt']} {row['answer']}." for p in PEOPLE
+              for row in inverse_rows(p, "x", tuple(LEVELS))]
     return Tokenizer(train_tokenizer(texts, vocab_size=700))
 
 
 def _inverse(split="test"):
-    return [json.loads(json.dumps(row)) for p in PEOPLE for row in inverse_rows(p, split)]
+    return [json.loads(json.dumps(row)) for p in PEOPLE
+            for row in inverse_rows(p, split, tuple(LEVELS))]
 
 
 def test_the_corpus_writes_inverse_sets_only_when_asked(bios_config):
@@ -58,21 +63,93 @@ def test_inverse_accuracy_of_planted_models(tokenizer, tmp_path, answer, full, f
                                    for level in LEVELS}
 
 
+def _write_sets(corpus, forward: list[dict], inverse: list[dict]) -> None:
+    (corpus / "eval").mkdir()
+    for name, rows in (("qa_test", forward), ("inverse_test", inverse)):
+        (corpus / "eval" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows))
+        record_eval_set(corpus, name)
+
+
 def test_the_task_puts_forward_and_inverse_side_by_side(tokenizer, tmp_path):
     """A model that answers forward questions and not inverse ones: the reversal curse."""
     forward = [json.loads(json.dumps(r)) for p in PEOPLE for r in eval_rows(p, "test")]
     inverse = _inverse()
-    (tmp_path / "eval").mkdir()
-    for name, rows in (("qa_test", forward), ("inverse_test", inverse)):
-        (tmp_path / "eval" / f"{name}.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in rows))
+    _write_sets(tmp_path, forward, inverse)
     wrong = [full_name(PEOPLE[(r["person"] + 1) % len(PEOPLE)]) for r in inverse]
     model = plant(tokenizer, forward + inverse, [r["answer"] for r in forward] + wrong)
     result = reversal.run(context_for(model, tokenizer, tmp_path),
                           reversal.ReversalOptions(splits=["test"], batch_size=8))
     assert result["test"]["forward_exact"] == 1.0 and result["test"]["forward_n"] == 18
     assert result["test"]["inverse_full_name"] == result["test"]["inverse_first_name"] == 0.0
-    assert result["test"]["inverse_n"] == 15
+    assert result["test"]["inverse_n"] == 15 and result["test"]["inverse_dropped"] == 0
+    assert all(level["dropped"] == 0 for level in result["test"]["per_level"].values())
+
+
+# 800 people of seed 0: five birth dates are each shared by two people, one pair across the
+# train (0..399) and test halves
+SHARED_DATES = {"September 16, 2031": (13, 758), "February 26, 2060": (83, 520),
+                "January 1, 1992": (216, 554), "February 24, 1994": (295, 428),
+                "January 18, 1936": (516, 562)}
+
+
+def test_a_question_that_fits_two_people_is_not_asked(bios_config):
+    from corpus_gen.bios.family import eval_sets
+
+    sets = eval_sets(bios_config(people=800, inverse=True))
+    forward = [r for split in ("train", "test") for r in sets[f"qa_{split}"]()]
+    dates = Counter(r["answer"] for r in forward if r["attribute"] == "birth_date")
+    assert {date for date, n in dates.items() if n > 1} == set(SHARED_DATES)
+    sharing = sorted(p for pair in SHARED_DATES.values() for p in pair)
+    rows = {split: list(sets[f"inverse_{split}"]()) for split in ("train", "test")}
+    for split, people in (("train", range(400)), ("test", range(400, 800))):
+        asked = Counter(r["level"] for r in rows[split])
+        shared = len([p for p in sharing if p in people])
+        assert asked == {1: 400 - shared, 2: 400, 3: 400, 4: 400, 5: 400}
+    every = rows["train"] + rows["test"]
+    assert sorted(set(range(800)) - {r["person"] for r in every if r["level"] == 1}) == sharing
+    # every question asked has one right answer: no two rows of a level share a prompt
+    assert all(n == 1 for n in Counter((r["level"], r["prompt"]) for r in every).values())
+
+
+def test_inverse_qa_documents_leave_out_the_questions_that_fit_two_people(bios_config):
+    from corpus_gen.bios.family import layout, records
+
+    config = bios_config(people=800, mode="mix", inverse_qa=1, qa_loss="answer")
+    docs = [d for d in records(config, 0, layout(config).records) if d.meta["kind"] == "inverse"]
+    questions = {d.meta["person"]["id"]: d.text.count("Who ") for d in docs}
+    assert len(questions) == 400 and all(len(d.masked) == d.text.count("Who ") for d in docs)
+    assert {p: n for p, n in questions.items() if n != len(LEVELS)} == {13: 4, 83: 4, 216: 4,
+                                                                        295: 4}
+    shared = next(d for d in docs if d.meta["person"]["id"] == 295)
+    assert shared.text.startswith(inverse.inverse_question(shared.meta["person"], 2))
+
+
+def test_the_count_is_exact_and_the_same_by_array_or_by_sorting(monkeypatch):
+    """At the paper's 100K people most birth dates are shared: level 1 is mostly not asked,
+    levels 2 and 3 a few hundred times; counted in arrays or by sorting, the same people."""
+    by_array = inverse._population_levels.__wrapped__(0, 100_000, None)
+    monkeypatch.setattr(inverse, "_DENSE", 0)
+    assert (inverse._population_levels.__wrapped__(0, 100_000, None) == by_array).all()
+    unasked = [int((by_array >> (level - 1) & 1 == 0).sum()) for level in LEVELS]
+    assert unasked == [77405, 739, 1191, 0, 0]
+
+
+def test_the_task_reports_the_questions_not_asked_per_level(tokenizer, tmp_path):
+    """Person 0's level-1 question and everyone's level-3 question fit someone else too: the
+    corpus left them out, the task counts them and scores the others."""
+    forward = [json.loads(json.dumps(r)) for p in PEOPLE for r in eval_rows(p, "test")]
+    inverse = [r for r in _inverse() if r["level"] != 3 and (r["level"], r["person"]) != (1, 0)]
+    _write_sets(tmp_path, forward, inverse)
+    model = plant(tokenizer, forward + inverse, [r["answer"] for r in forward + inverse])
+    result = reversal.run(context_for(model, tokenizer, tmp_path),
+                          reversal.ReversalOptions(splits=["test"], batch_size=8))["test"]
+    assert (result["inverse_n"], result["inverse_dropped"], result["inverse_full_name"]) == \
+        (11, 4, 1.0)
+    assert {level: (s["n"], s["dropped"], s["full_name"])
+            for level, s in result["per_level"].items()} == {
+        "1": (2, 1, 1.0), "2": (3, 0, 1.0), "3": (0, 3, None), "4": (3, 0, 1.0),
+        "5": (3, 0, 1.0)}
 
 
 def test_mix_mode_can_train_inverse_qa_of_the_train_half(bios_config):

@@ -4,5 +4,5 @@ from corpus_gen.bios import family
 from corpus_gen.bios.config import BiosConfig
 from corpus_gen.core.registry import Family, register
 
-register(Family("bios", 1, BiosConfig, family.layout, family.records, family.eval_sets,
+register(Family("bios", 2, BiosConfig, family.layout, family.records, family.eval_sets,
                 family.batches))

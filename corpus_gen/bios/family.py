@@ -1,5 +1,6 @@
 """The bios family: biographies (bioS or bioR) and QA, laid out by `stream`, truth in `meta`."""
 
+import functools
 import itertools
 import random
 from collections.abc import Callable, Iterator
@@ -10,7 +11,7 @@ import orjson
 from corpus_gen.bios import stream
 from corpus_gen.bios.bio_r import render_bio_r
 from corpus_gen.bios.config import BiosConfig, parse_variant
-from corpus_gen.bios.inverse import inverse_document, inverse_rows
+from corpus_gen.bios.inverse import identifying_levels, identifying_rows, inverse_document
 from corpus_gen.bios.manipulation import manipulation_document, manipulation_rows, partners
 from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts, person_json
 from corpus_gen.bios.pools import load_pools
@@ -112,7 +113,8 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
             if is_qa[i]:
                 text, masked = qa_document(person, ORDERS[orders[i]], answer_only_loss)
             elif is_inverse[i]:
-                text, masked = inverse_document(person, answer_only_loss)
+                text, masked = inverse_document(
+                    person, identifying_levels(config, person["id"]), answer_only_loss)
             elif is_manipulation[i]:
                 text, masked = manipulation_document(person, partner[i - a],
                                                      forms[kinds[i]], answer_only_loss)
@@ -155,9 +157,9 @@ def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:
         "qa_test": lambda: _rows(config, n_train, config.people, "test", eval_rows),
     }
     if config.inverse:
-        sets["inverse_train"] = lambda: _rows(config, 0, n_train, "train", inverse_rows)
-        sets["inverse_test"] = lambda: _rows(config, n_train, config.people, "test",
-                                             inverse_rows)
+        rows = functools.partial(identifying_rows, config)
+        sets["inverse_train"] = lambda: _rows(config, 0, n_train, "train", rows)
+        sets["inverse_test"] = lambda: _rows(config, n_train, config.people, "test", rows)
     if config.manipulation:
         sets["manipulation_train"] = lambda: _manipulation_rows(config, 0, n_train, "train")
         sets["manipulation_test"] = lambda: _manipulation_rows(config, n_train, config.people,

@@ -2,7 +2,13 @@
 
 from dataclasses import dataclass, field
 
-from corpus_gen.cfg.grammar import Grammar, GrammarError, load_grammar, random_grammar
+from corpus_gen.cfg.grammar import (
+    Grammar,
+    GrammarError,
+    load_grammar,
+    parameter_problem,
+    random_grammar,
+)
 from corpus_gen.core.config import CorpusConfig, require
 
 
@@ -38,6 +44,12 @@ class CfgConfig(CorpusConfig):
                 pair = list(getattr(spec, key))
                 require(len(pair) == 2 and 1 <= pair[0] <= pair[1], f"random.{key}", pair,
                         "must be [min, max] with 1 <= min <= max")
+            # bounded before the grammar is drawn, naming the knob (limits: grammar.py)
+            problem = parameter_problem(tuple(spec.sizes), tuple(spec.rules),
+                                        tuple(spec.rule_length))
+            if problem:
+                knob, reason = problem
+                require(False, f"random.{knob}", list(getattr(spec, knob)), reason)
         try:
             self.load_grammar()
         except GrammarError as exc:

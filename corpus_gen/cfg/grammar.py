@@ -9,6 +9,10 @@ papers' token ids 1..3.
 Two JSON forms load: the official cfg3 tables (`all[level][k].children`, see data/NOTICE.md) and
 physlm's own `grammar.json`, which a corpus directory holds: {"name", "terminals", "levels"} with
 levels[l][s] the list of rules of symbol s of level l.
+
+What a grammar may ask for is bounded before anything is sampled: its depth, its symbols and
+rules per level, and its longest string (from the rule lengths, level by level), each against a
+limit below; a random grammar's parameters are checked before it is drawn.
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ from corpus_gen.core.errors import CorpusError
 
 DATA = Path(__file__).parent / "data"
 Rule = tuple[int, ...]
+
+MAX_DEPTH = 32  # levels of nonterminals (the cfg3 grammars have 6 or 7)
+MAX_SYMBOLS = 65_536  # symbols of one level, terminals included (each terminal is a token)
+MAX_RULES = 1 << 20  # rules of one level
+# terminals of the longest string (cfg3k's: 2,187); the sampler holds a batch of strings at
+# once and numbers a string's nodes of one level below 2**22
+MAX_STRING_LENGTH = 65_536
 
 
 class GrammarError(CorpusError):
@@ -118,12 +129,25 @@ class Grammar:
 
 
 def _check(grammar: Grammar) -> None:
-    """Every way the tables can fail to be a layered grammar, named."""
+    """Every way the tables can fail to be a layered grammar, or ask for more than the limits
+    allow, named."""
     where = grammar.source or grammar.name
     if grammar.terminals < 1:
         raise GrammarError(f"{where}: terminals={grammar.terminals}: must be >= 1")
+    if grammar.terminals > MAX_SYMBOLS:
+        raise GrammarError(f"{where}: terminals={grammar.terminals}: at most {MAX_SYMBOLS:,} "
+                           "(MAX_SYMBOLS: each terminal is a token)")
     if not grammar.levels or len(grammar.levels[0]) != 1:
         raise GrammarError(f"{where}: level 0 must hold exactly one symbol, the root")
+    if grammar.depth > MAX_DEPTH:
+        raise GrammarError(f"{where}: {grammar.depth} levels of nonterminals; at most "
+                           f"{MAX_DEPTH} (MAX_DEPTH)")
+    for k, level in enumerate(grammar.levels):
+        rules = sum(map(len, level))
+        if len(level) > MAX_SYMBOLS or rules > MAX_RULES:
+            raise GrammarError(f"{where}: level {k} has {len(level):,} symbols and {rules:,} "
+                               f"rules; at most {MAX_SYMBOLS:,} symbols (MAX_SYMBOLS) and "
+                               f"{MAX_RULES:,} rules (MAX_RULES) a level")
     for k, level in enumerate(grammar.levels):
         below = grammar.sizes[k + 1]
         used: set[int] = set()
@@ -146,6 +170,19 @@ def _check(grammar: Grammar) -> None:
             kind = "terminal" if k + 1 == grammar.depth else f"symbol of level {k + 1}"
             raise GrammarError(f"{where}: {kind} {unused[0]} is unreachable: no rule of level "
                                f"{k} derives it")
+    longest = _longest_string(grammar)
+    if longest > MAX_STRING_LENGTH:
+        raise GrammarError(f"{where}: its longest string has {longest:,} terminals ({grammar.depth}"
+                           f" levels of rules); at most {MAX_STRING_LENGTH:,} "
+                           "(MAX_STRING_LENGTH): use fewer levels or shorter rules")
+
+
+def _longest_string(grammar: Grammar) -> int:
+    """Terminals in the grammar's longest string, in Python integers (no overflow)."""
+    longest = [1] * grammar.terminals
+    for level in reversed(grammar.levels):
+        longest = [max(sum(longest[c] for c in rule) for rule in rules) for rules in level]
+    return longest[0]
 
 
 def load_grammar(name_or_path: str) -> Grammar:
@@ -169,7 +206,7 @@ def load_grammar(name_or_path: str) -> Grammar:
 def _read_grammar(path: str, stamp: int) -> Grammar:
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise GrammarError(f"{path}: cannot read a grammar JSON: {exc}") from None
     return grammar_from_dict(data, path, Path(path).stem)
 
@@ -212,7 +249,13 @@ def random_grammar(name: str, sizes: tuple[int, ...], rules: tuple[int, int],
     """A layered grammar drawn by parameters: sizes = symbols per level, root (1) first,
     terminals last; each symbol gets a uniform number of distinct rules in `rules`, each rule a
     uniform length in `rule_length` and uniform children. A level is redrawn until every symbol
-    below it is used (at most `attempts` times)."""
+    below it is used (at most `attempts` times). Parameters that allow more than the limits
+    are refused before drawing."""
+    problem = parameter_problem(sizes, rules, rule_length)
+    if problem:
+        knob, reason = problem
+        value = {"sizes": sizes, "rules": rules, "rule_length": rule_length}[knob]
+        raise GrammarError(f"{name}: {knob}={list(value)}: {reason}")
     rng = random.Random(f"cfg-grammar/{seed}")
     levels = []
     for k in range(len(sizes) - 1):
@@ -226,6 +269,27 @@ def random_grammar(name: str, sizes: tuple[int, ...], rules: tuple[int, int],
                                f"{sizes[k + 1]} symbols below it: raise rules or rule_length")
     return Grammar(name, sizes[-1], tuple(tuple(tuple(map(tuple, s)) for s in level)
                                          for level in levels))
+
+
+def parameter_problem(sizes: tuple[int, ...], rules: tuple[int, int],
+                      rule_length: tuple[int, int]) -> tuple[str, str] | None:
+    """(knob, reason) where a random grammar of these parameters may ask for more than the
+    limits allow; None where it may not."""
+    depth = len(sizes) - 1
+    if depth > MAX_DEPTH:
+        return "sizes", f"{depth} levels of nonterminals; at most {MAX_DEPTH} (MAX_DEPTH)"
+    if max(sizes) > MAX_SYMBOLS:
+        return "sizes", (f"at most {MAX_SYMBOLS:,} symbols a level (MAX_SYMBOLS: each terminal "
+                         "is a token)")
+    if max(sizes[:-1]) * rules[1] > MAX_RULES:
+        return "rules", (f"up to {max(sizes[:-1]) * rules[1]:,} rules a level; at most "
+                         f"{MAX_RULES:,} (MAX_RULES)")
+    if rule_length[1] ** depth > MAX_STRING_LENGTH:
+        return "rule_length", (f"over {depth} levels allows strings of "
+                               f"{rule_length[1] ** depth:,} terminals; at most "
+                               f"{MAX_STRING_LENGTH:,} (MAX_STRING_LENGTH): use fewer levels "
+                               "(sizes) or shorter rules")
+    return None
 
 
 def _draw_rules(rng: random.Random, below: int, rules: tuple[int, int],

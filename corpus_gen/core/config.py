@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -121,6 +122,7 @@ def _find_shape_error(given: DictConfig, schema: DictConfig,
 def read_yaml(path: str | Path) -> DictConfig:
     """A YAML mapping, or a CorpusError naming the file."""
     try:
+        _refuse_deep_nesting(path)
         given = OmegaConf.load(path)
     except FileNotFoundError:
         raise CorpusError(f"{path}: config file not found") from None
@@ -129,6 +131,23 @@ def read_yaml(path: str | Path) -> DictConfig:
     if not isinstance(given, DictConfig):
         raise CorpusError(f"{path}: expected a mapping of config keys at the top level")
     return given
+
+
+# A YAML file nests at most one level per 2 bytes ("[" or "- "); OmegaConf's loader stops with a
+# RecursionError up to ~20,000 levels and crashes the process (a segfault) beyond
+_NEST_SAFE_BYTES = 16_384
+
+
+def _refuse_deep_nesting(path: str | Path) -> None:
+    """A RecursionError (from PyYAML's Python composer) for a file large enough to nest deeper
+    than OmegaConf's loader survives; other errors are left to that loader, which names them
+    as it always has."""
+    if Path(path).stat().st_size <= _NEST_SAFE_BYTES:
+        return
+    try:
+        yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        pass
 
 
 def _yaml_problem(exc: Exception) -> str:

@@ -5,10 +5,14 @@ is renamed into place. A rerun keeps a file whose record matches the config fing
 sha256 still verifies, so an interrupted or damaged run repairs only what is missing or bad. The
 manifest and the progress records describe the same files: either rebuilds the other, and a file
 neither describes is generated again.
+
+Every file a manifest or progress record names lies inside the corpus directory: a relative path
+without `..` that no symlink leads out of (`corpus_path`), so no reader of a corpus ever opens,
+hashes or trains on a file elsewhere.
 """
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.io import atomic_write, sha256_file
@@ -27,7 +31,7 @@ def read_json(path: Path) -> dict:
         payload = json.loads(path.read_text())
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise CorpusError(f"{path}: unreadable: {exc}") from None
     if not isinstance(payload, dict):
         raise CorpusError(f"{path}: unreadable: not a JSON object")
@@ -40,6 +44,30 @@ def progress_path(out: Path, name: str) -> Path:
 
 def record_progress(out: Path, entry: dict) -> None:
     write_json(progress_path(out, entry["name"]), entry)
+
+
+def corpus_path(out: Path, name: object, listed_in: Path) -> Path:
+    """The path of file `name` that `listed_in` (a manifest or progress record) lists, refused
+    in one line unless it lies inside the corpus `out`."""
+    if not isinstance(name, str) or not name:
+        reason = "is not a file name"
+    elif PurePosixPath(name).is_absolute() or Path(name).is_absolute():
+        reason = "is an absolute path"
+    elif ".." in PurePosixPath(name).parts:
+        reason = "climbs out of the corpus with '..'"
+    elif not (out / name).resolve().is_relative_to(out.resolve()):
+        reason = "is a symlink out of the corpus"
+    else:
+        return out / name
+    raise CorpusError(f"{listed_in}: entry {name!r} {reason}; a corpus lists only files inside "
+                      f"{out}")
+
+
+def check_entries_inside(out: Path, entries: list, listed_in: Path) -> None:
+    """Refuse (`corpus_path`) the first of `entries` whose name is no file inside `out`."""
+    for entry in entries:
+        if isinstance(entry, dict) and "name" in entry:
+            corpus_path(out, entry["name"], listed_in)
 
 
 def manifest_entries(manifest: dict) -> list[dict]:
@@ -60,6 +88,7 @@ def recorded_entries(out: Path, log) -> dict[str, dict]:
         try:
             record = read_json(path)
             found = manifest_entries(record) if path.name == MANIFEST else [record]
+            check_entries_inside(out, found, path)
             entries.update({entry["name"]: entry for entry in found})
         except (CorpusError, KeyError, TypeError, OSError):
             log(f"{path}: unreadable; rebuilding it")
@@ -85,4 +114,10 @@ def read_manifest(out: Path) -> dict:
     if missing:
         raise CorpusError(f"{path}: damaged manifest, no {', '.join(missing)}; rerun physlm gen "
                           "to rebuild it")
+    try:
+        entries = manifest_entries(manifest)
+    except TypeError:
+        raise CorpusError(f"{path}: damaged manifest, its file lists are not lists; rerun "
+                          "physlm gen to rebuild it") from None
+    check_entries_inside(out, entries, path)
     return manifest

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from corpus_gen.core.io import sha256_file
-from corpus_gen.core.manifest import manifest_entries, read_manifest
+from corpus_gen.core.manifest import MANIFEST, corpus_path, manifest_entries, read_manifest
 
 # files this process has hashed and found right, with what identifies their bytes on disk:
 # the trainer reads a shard that `physlm run` has just verified without hashing it again
@@ -25,11 +25,12 @@ def file_verifies(path: Path, sha256: str) -> bool:
 
 
 def verify_corpus(out: Path) -> list[str]:
-    """Problems found, one line each naming the file; empty when the corpus is intact."""
+    """Problems found, one line each naming the file; empty when the corpus is intact. A
+    manifest naming a file outside the corpus is refused (CorpusError) before any is read."""
     manifest = read_manifest(out)
     problems = []
     for entry in manifest_entries(manifest):
-        path = out / entry["name"]
+        path = corpus_path(out, entry["name"], out / MANIFEST)
         if not path.is_file():
             problems.append(f"{path}: missing")
         elif not file_verifies(path, entry["sha256"]):
