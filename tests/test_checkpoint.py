@@ -18,6 +18,7 @@ from trainer.config import TrainConfig, load_experiment
 from trainer.engine import ds_config, train
 from trainer.errors import TrainError
 from trainer.model import GPT, ModelConfig
+from trainer.tracking import read_metrics
 
 NAN = float("nan")
 
@@ -74,7 +75,7 @@ class Position:
 def _state(engine, step: int, data: dict | None = None) -> checkpoint.TrainState:
     return checkpoint.TrainState(engine=engine, data=Position(data or {}), step=step,
                                  meta={"model_config": asdict(engine.module.config),
-                                       "run_id": "this-run"})
+                                       "tokenizer_sha256": "0" * 64, "run_id": "this-run"})
 
 
 class Planted:
@@ -98,7 +99,7 @@ def test_a_pickle_planted_in_any_checkpoint_file_stops_resume_before_it_runs(
     torch.save({"planted": Planted(marker)}, run / "checkpoints/step-000002" / name)
     with pytest.raises(TrainError, match=rf"step-000002/{re.escape(name)}: holds io\.open, "
                                          "which loading could run as code"):
-        train(_experiment(tmp_path, "train.zero_stage=1", "train.max_steps=4"), run, corpus)
+        train(_experiment(tmp_path, "train.zero_stage=1", "train.max_steps=2"), run, corpus)
     assert not marker.exists()
 
 
@@ -114,7 +115,7 @@ def test_each_file_resume_reads_is_loaded_weights_only_even_unscreened(
     marker = tmp_path / "marker"
     torch.save({"planted": Planted(marker)}, run / "checkpoints/step-000002" / name)
     with pytest.raises(TrainError, match=rf"{re.escape(name)}: holds objects other than tensors"):
-        train(_experiment(tmp_path, "train.zero_stage=1", "train.max_steps=4"), run, corpus)
+        train(_experiment(tmp_path, "train.zero_stage=1", "train.max_steps=2"), run, corpus)
     assert not marker.exists()
 
 
@@ -141,10 +142,14 @@ def test_load_weights_refuses_non_finite_weights(tmp_path):
         checkpoint.load_weights(path)
 
 
+def _fake_meta(run_id: str, step: int) -> dict:
+    return {"run_id": run_id, "step": step, "model_config": {}, "tokenizer_sha256": "0" * 64}
+
+
 def _fake_checkpoint(checkpoints: Path, step: int, run_id: str) -> Path:
     path = checkpoints / checkpoint.tag(step)
     path.mkdir(parents=True)
-    (path / "meta.json").write_text(json.dumps({"run_id": run_id, "step": step}))
+    (path / "meta.json").write_text(json.dumps(_fake_meta(run_id, step)))
     return path
 
 
@@ -162,7 +167,7 @@ def test_keep_last_keeps_this_runs_newest_and_leaves_other_runs_alone(tmp_path):
                      "step-000070"]
     assert (checkpoints / "latest").read_text() == "step-000004"
     assert [checkpoint.read_meta(p) for p in others] == [
-        {"run_id": "another-run", "step": 50}, {"run_id": "another-run", "step": 60}]
+        _fake_meta("another-run", 50), _fake_meta("another-run", 60)]
 
 
 def test_keep_last_orders_checkpoints_by_step_not_by_name(tmp_path):
@@ -289,3 +294,80 @@ def test_a_full_disk_during_a_save_keeps_the_last_good_checkpoint(corpus, tmp_pa
     assert (checkpoints / "latest").read_text() == "step-000002"
     train(experiment, run, corpus)  # with room again, the run resumes and finishes
     assert (checkpoints / "latest").read_text() == "step-000004"
+
+
+def _losses(run: Path) -> list[tuple[int, float]]:
+    return [(m["step"], m["loss"]) for m in read_metrics(run)]
+
+
+def _truncate(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[:len(file.read_bytes()) // 2])
+
+
+DAMAGES = {  # how a file of the newest checkpoint is damaged -> the start of what is said
+    "meta.json torn": (lambda p: (p / "meta.json").write_text('{"step": 4, "model'),
+                       "meta.json: cannot be read (Unterminated string"),
+    "meta.json not a mapping": (lambda p: (p / "meta.json").write_text("[4]"),
+                                "meta.json: not a checkpoint's meta.json (no step or "
+                                "model_config or tokenizer_sha256 of the right type)"),
+    "meta.json without its step": (
+        lambda p: (p / "meta.json").write_text(json.dumps(
+            {k: v for k, v in checkpoint.read_meta(p).items() if k != "step"})),
+        "meta.json: not a checkpoint's meta.json (no step of the right type)"),
+    "weights.pt torn": (lambda p: _truncate(p / "weights.pt"),
+                        "weights.pt: not a file torch.save wrote"),
+    "model states torn": (lambda p: _truncate(p / "mp_rank_00_model_states.pt"),
+                          "mp_rank_00_model_states.pt: not a file torch.save wrote"),
+    "weights.pt missing": (lambda p: (p / "weights.pt").unlink(), "weights.pt: missing"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_resume_passes_over_a_damaged_latest_checkpoint_to_the_newest_intact_one(
+        corpus, tmp_path, capsys, damage):
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    args = ("train.max_steps=4", "train.ckpt_every=2")
+    train(_experiment(tmp_path, *args), straight, corpus)
+    shutil.copytree(straight, run)
+    damaged = run / "checkpoints" / "step-000004"
+    harm, said = DAMAGES[damage]
+    harm(damaged)
+    capsys.readouterr()
+    train(_experiment(tmp_path, *args), run, corpus)
+    out = capsys.readouterr().out.splitlines()
+    skipped = [line for line in out if "skipped" in line]
+    assert len(skipped) == 1 and skipped[0].startswith(
+        f"train  | skipped a damaged checkpoint: {damaged}/{said}"), out
+    assert f"train  | resumed from {run / 'checkpoints' / 'step-000002'} (step 2 of 4)" in out
+    # steps 3 and 4 trained again, as the uninterrupted run did; step 4 saved anew
+    assert _losses(run) == _losses(straight)
+    assert checkpoint.damage(damaged) is None
+
+
+def test_resume_with_no_intact_checkpoint_is_one_line_and_touches_nothing(corpus, tmp_path):
+    run = tmp_path / "run"
+    train(_experiment(tmp_path, "train.max_steps=2", "train.ckpt_every=2"), run, corpus)
+    meta = run / "checkpoints/step-000002/meta.json"
+    meta.write_text("")
+    with pytest.raises(TrainError) as caught:
+        train(_experiment(tmp_path, "train.max_steps=2", "train.ckpt_every=2"), run, corpus)
+    assert str(caught.value) == (
+        f"{meta}: cannot be read (Expecting value: line 1 column 1 (char 0)); no older "
+        f"checkpoint in {run / 'checkpoints'} is intact either (resume=overwrite deletes them "
+        "and starts over)")
+    assert meta.read_text() == "" and [s for s, _ in _losses(run)] == [1, 2]
+
+
+def test_eval_of_a_checkpoint_with_a_damaged_meta_is_one_line_naming_it(
+        corpus, tmp_path, capsys):
+    from launch.cli import main
+
+    run = tmp_path / "run"
+    train(_experiment(tmp_path, "train.max_steps=2", "train.ckpt_every=2"), run, corpus)
+    meta = run / "checkpoints/step-000002/meta.json"
+    meta.write_text("{")
+    capsys.readouterr()
+    assert main(["eval", str(run), "--task", "qa"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"physlm eval: error: {meta}: cannot be read (Expecting property name enclosed in "
+        "double quotes: line 1 column 2 (char 1))")

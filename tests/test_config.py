@@ -82,7 +82,8 @@ def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
     ("train.lr=inf", "train.lr", math.inf, "must be > 0 and finite"),
     ("train.eval_every=-1", "train.eval_every", -1, "must be >= 0 (0: off)"),
     ("train.seed=-1", "train.seed", -1, "must be in [0, 2**32)"),
-    ("train.resume=restart", "train.resume", "restart", "must be auto, none or overwrite"),
+    ("train.resume=restart", "train.resume", "restart",
+     "must be auto, reschedule, none or overwrite"),
     ("model.dropout=1.5", "model.dropout", 1.5, "must be in [0, 1)"),
     ("model.init_std=0", "model.init_std", 0.0, "must be > 0 and finite"),
     ("eval.qa.max_people=-1", "eval.qa.max_people", -1, "must be >= 0 (0: all)"),
@@ -105,8 +106,18 @@ def test_nan_learning_rate_is_refused():
 
 
 def test_every_resume_mode_loads():
-    for mode in ("auto", "none", "overwrite"):
+    for mode in ("auto", "reschedule", "none", "overwrite"):
         assert load_experiment(QUICKSTART, [f"train.resume={mode}"]).train.resume == mode
+
+
+def test_a_warmup_longer_than_the_run_is_refused_naming_both_keys():
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(QUICKSTART, ["train.warmup_steps=100", "train.max_steps=50"])
+    assert str(caught.value) == ("command line: train.warmup_steps=100: must not exceed "
+                                 "max_steps (50): the run would end still warming up")
+    # a warmup as long as the run is a run that warms up throughout: allowed
+    assert load_experiment(QUICKSTART, ["train.warmup_steps=50",
+                                        "train.max_steps=50"]).train.warmup_steps == 50
 
 
 def test_model_errors_name_the_file_they_come_from(tmp_path):
@@ -130,7 +141,7 @@ def test_unknown_named_configs_name_the_experiment_key_and_the_known_ones(tmp_pa
 def test_groups_name_a_users_own_file_relative_to_the_experiment_or_a_shipped_config(tmp_path):
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "deep.yaml").write_text("n_layer: 3\n")
-    (tmp_path / "parts" / "short.yaml").write_text("max_steps: 7\n")
+    (tmp_path / "parts" / "short.yaml").write_text("max_steps: 7\nwarmup_steps: 1\n")
     path = tmp_path / "exp.yaml"
     path.write_text("model: parts/deep.yaml\ntrain:\n  base: parts/short.yaml\n  lr: 0.01\n"
                     "eval: qa\n")
@@ -142,7 +153,7 @@ def test_groups_name_a_users_own_file_relative_to_the_experiment_or_a_shipped_co
 def test_a_whole_group_replaced_on_the_command_line(tmp_path):
     experiment = load_experiment(QUICKSTART, ["model.n_layer=3", "model=gpt2_small"])
     assert (experiment.model.n_layer, experiment.model.d_model) == (3, 768)
-    (tmp_path / "mine.yaml").write_text("max_steps: 9\n")
+    (tmp_path / "mine.yaml").write_text("max_steps: 9\nwarmup_steps: 1\n")
     cwd = os.getcwd()
     try:  # a path on the command line is the working directory's
         os.chdir(tmp_path)

@@ -172,6 +172,7 @@ def test_two_process_zero2_run_trains_checkpoints_and_resumes(corpus, tmp_path):
     exp = tmp_path / "exp.yaml"
     exp.write_text("name: ddp\nmodel:\n  n_layer: 2\n  n_head: 2\n  d_model: 32\n"
                    "train:\n  ctx: 64\n  micro_batch: 2\n  max_steps: 4\n  ckpt_every: 2\n"
+                   "  warmup_steps: 2\n"
                    "  zero_stage: 2\n  log_every: 1\n  wandb:\n    mode: disabled\n")
     run = tmp_path / "run"
     first = _train_two_processes(exp, corpus, run)
@@ -181,7 +182,8 @@ def test_two_process_zero2_run_trains_checkpoints_and_resumes(corpus, tmp_path):
         assert (checkpoints / "step-000004" / f"data-rank{rank}.json").exists()
     assert [step for step, _ in _losses(run)] == [1, 2, 3, 4]
 
-    again = _train_two_processes(exp, corpus, run, "train.max_steps=6", "train.resume=auto")
+    again = _train_two_processes(exp, corpus, run, "train.max_steps=6",
+                                 "train.resume=reschedule")
     assert f"train  | resumed from {checkpoints / 'step-000004'} (step 4 of 6)" in again
     assert [step for step, _ in _losses(run)] == [1, 2, 3, 4, 5, 6]
     assert (checkpoints / "latest").read_text() == "step-000006"
@@ -219,3 +221,47 @@ def test_a_corpus_with_another_tokenizer_is_refused(corpus, tmp_path):
         train(_experiment(tmp_path, "train.max_steps=4"), tmp_path / "run", other)
     with pytest.raises(TrainError, match="tokenizer differs"):
         evaluate(tmp_path / "run", ["qa"], corpus_dir=other)
+
+
+def test_a_corpus_of_another_family_is_refused_before_training(corpus, tmp_path, capsys):
+    from launch.cli import main
+
+    exp = tmp_path / "exp.yaml"  # an iGSM experiment given the bios corpus
+    exp.write_text(tiny_experiment_file(tmp_path).read_text() + "corpus: igsm_med_pq\n")
+    run = tmp_path / "run"
+    code = main(["train", str(exp), "--corpus", str(corpus), "--run-dir", str(run)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        f"physlm train: error: {corpus / 'manifest.json'}: a corpus of family bios, but "
+        f"experiment t ({exp}) trains on family igsm; give --corpus a corpus of family igsm, "
+        "or leave it out")
+    assert not run.exists()
+
+
+def test_resume_refuses_a_changed_lr_schedule_and_reschedule_continues_under_the_new_one(
+        corpus, tmp_path):
+    from trainer.schedule import lr_factor
+
+    run = tmp_path / "run"
+    train(_experiment(tmp_path, "train.max_steps=4", "train.ckpt_every=2"), run, corpus)
+    saved = run / "checkpoints" / "step-000004"
+    for changed, old, new in [("max_steps", 4, 6), ("lr", 0.003, 0.006),
+                              ("warmup_steps", 2, 1), ("min_lr_ratio", 0.1, 0.5)]:
+        with pytest.raises(TrainError) as caught:
+            train(_experiment(tmp_path, "train.max_steps=4", f"train.{changed}={new}"), run,
+                  corpus)
+        assert str(caught.value) == (
+            f"{saved}: trained with train.{changed}={old!r}, but the config says {new!r}, "
+            "which changes the lr schedule mid-run; train.resume=reschedule continues under "
+            f"the new schedule, or use another --run-dir (train.init_from={run} starts from "
+            "its weights)")
+    assert [step for step, _ in _losses(run)] == [1, 2, 3, 4]  # nothing trained or logged
+
+    rescheduled = ("train.max_steps=6", "train.lr=0.006")
+    train(_experiment(tmp_path, *rescheduled, "train.resume=reschedule"), run, corpus)
+    # the metrics' lr is the one the next step takes: the new schedule's, from its peak lr
+    logged = {m["step"]: m["lr"] for m in read_metrics(run)}
+    assert [logged[step] for step in (5, 6)] == pytest.approx(
+        [0.006 * lr_factor(step, 2, 6, 0.1) for step in (5, 6)], rel=1e-12)
+    # the new checkpoints hold the new schedule: a plain resume of them changes nothing
+    train(_experiment(tmp_path, *rescheduled), run, corpus)

@@ -161,7 +161,8 @@ def test_a_lora_run_resumes_with_its_adapters_and_refuses_to_resume_without(
     run = tmp_path / "lora"
     options = ("train.ckpt_every=2", "train.lora.rank=2", f"train.init_from={parent}")
     train(tiny_experiment("train.max_steps=2", *options), run, train_corpus)
-    train(tiny_experiment("train.max_steps=4", *options), run, train_corpus)
+    train(tiny_experiment("train.max_steps=4", "train.resume=reschedule", *options), run,
+          train_corpus)
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
             if "loss" in json.loads(line)] == [1, 2, 3, 4]
     assert torch.equal(_module_state(run / "checkpoints/step-000004")["tok_emb.weight"],
@@ -169,3 +170,22 @@ def test_a_lora_run_resumes_with_its_adapters_and_refuses_to_resume_without(
     with pytest.raises(TrainError, match=r"checkpoint has train.lora=\{'rank': 2"):
         train(tiny_experiment("train.max_steps=6", "train.ckpt_every=2",
                               f"train.init_from={parent}"), run, train_corpus)
+
+
+def test_a_parent_with_a_damaged_meta_is_one_line_naming_the_file(parent, train_corpus,
+                                                                   tmp_path, capsys):
+    from launch.cli import main
+    from tests.conftest import tiny_experiment_file
+
+    damaged = tmp_path / "parent"
+    shutil.copytree(parent, damaged)
+    meta = damaged / "checkpoints/step-000030/meta.json"
+    meta.write_text('{"step": 30')
+    child = tmp_path / "child"
+    code = main(["train", str(tiny_experiment_file(tmp_path)), "--corpus", str(train_corpus),
+                 "--run-dir", str(child), f"train.init_from={damaged}", "train.max_steps=1",
+                 "train.warmup_steps=0"])
+    assert code == 2 and capsys.readouterr().err.strip() == (
+        f"physlm train: error: train.init_from={damaged}: {meta}: cannot be read (Expecting "
+        "',' delimiter: line 1 column 12 (char 11))")
+    assert not (child / "checkpoints").exists()

@@ -62,7 +62,8 @@ def test_training_says_where_it_resumed_and_how_long_is_left(train_corpus, tiny_
     run = tmp_path / "run"
     train(tiny_experiment("train.max_steps=2", "train.ckpt_every=2"), run, train_corpus)
     capsys.readouterr()
-    train(tiny_experiment("train.max_steps=3", "train.ckpt_every=2"), run, train_corpus)
+    train(tiny_experiment("train.max_steps=3", "train.ckpt_every=2", "train.resume=reschedule"),
+          run, train_corpus)
     out = capsys.readouterr().out.splitlines()
     assert f"train  | resumed from {run / 'checkpoints' / 'step-000002'} (step 2 of 3)" in out
     step_lines = [line for line in out if line.startswith("step ")]

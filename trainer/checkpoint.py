@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # deepspeed is slow to import; evaluation imports this module
     from deepspeed import DeepSpeedEngine
 
 LATEST = "latest"
+# what every reader of a checkpoint's meta.json relies on, and its type
+META_FIELDS = {"step": int, "model_config": dict, "tokenizer_sha256": str}
 
 # How a failed write (disk full, quota, I/O error) surfaces: OSError from Python's own writes,
 # RuntimeError from torch.save's zip writer (its message varies: "unexpected pos ...",
@@ -53,6 +55,10 @@ DEEPSPEED_GLOBALS = (
     # ZeRO 1-2 optimizer files: `param_slice_mappings`, a (numel, start) dataclass per parameter
     "deepspeed.utils.tensor_fragment.fragment_address",
 )
+
+
+class DamagedCheckpoint(TrainError):
+    """A checkpoint file is missing or does not read as what it should be (torn, emptied)."""
 
 
 class Stateful(Protocol):
@@ -129,6 +135,49 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
     return path
 
 
+def resumable(checkpoints: Path) -> tuple[Path | None, list[str]]:
+    """The checkpoint to resume from: the one `latest` names or, where that one is damaged, the
+    newest older one that is intact (`damage`); and why each newer one was passed over. Raises
+    DamagedCheckpoint when none is intact: starting over would silently discard the run."""
+    pointer = checkpoints / LATEST
+    if not pointer.exists():
+        return None, []
+    latest = checkpoints / pointer.read_text().strip()
+    newest = _step_of(latest)
+    steps = {p: step for p in checkpoints.glob("step-*") if (step := _step_of(p)) is not None
+             and p != latest and (newest is None or step < newest)}
+    older = sorted(steps, key=steps.get, reverse=True)
+    skipped = []
+    for path in (latest, *older):
+        reason = damage(path)
+        if reason is None:
+            return path, skipped
+        skipped.append(reason)
+    raise DamagedCheckpoint(f"{skipped[0]}; no older checkpoint in {checkpoints} is intact "
+                            "either (resume=overwrite deletes them and starts over)")
+
+
+def damage(path: Path) -> str | None:
+    """Why the checkpoint `path` is damaged (meta.json or weights.pt missing, or a file that
+    does not read as what it should be), or None. Reads meta.json and each pickle's header, not
+    the tensors: cheap, and every rank reaches the same verdict."""
+    try:
+        read_meta(path)
+        if not (path / "weights.pt").is_file():
+            raise DamagedCheckpoint(f"{path / 'weights.pt'}: missing")
+        for file in sorted(path.glob("*.pt")):
+            _pickle_globals(file)
+    except DamagedCheckpoint as exc:
+        return str(exc)
+    return None
+
+
+def _step_of(path: Path) -> int | None:
+    """The step a checkpoint directory's name (`step-000100`) gives; None for another name."""
+    digits = path.name.removeprefix("step-")
+    return int(digits) if path.name.startswith("step-") and digits.isdigit() else None
+
+
 def _last_good(checkpoints: Path) -> str:
     try:
         path = latest_checkpoint(checkpoints)
@@ -154,16 +203,22 @@ def _torch_load(file: Path, map_location=None, allowed: tuple = ()):
         raise TrainError(f"{file}: cannot be read ({_one_line(exc)})") from None
 
 
+def _pickle_globals(file: Path) -> set[str]:
+    """The classes and functions `file`'s pickle names beyond tensors and plain data; reads the
+    pickle only, not the tensors. DamagedCheckpoint if it is not a file torch.save wrote."""
+    try:
+        return set(torch.serialization.get_unsafe_globals_in_checkpoint(file))
+    except (ValueError, RuntimeError, OSError, EOFError) as exc:
+        raise DamagedCheckpoint(f"{file}: not a file torch.save wrote ({_one_line(exc)})"
+                                ) from None
+
+
 def _refuse_unsafe(file: Path, allowed: tuple) -> None:
     """Refuse a file whose pickle names anything but tensors, plain data and `allowed`. This
     reads the pickle only, not the tensors, so every rank checks every file of a checkpoint and
     all reach the same verdict before DeepSpeed's collectives (one rank failing alone inside
     them would leave the others waiting)."""
-    try:
-        names = set(torch.serialization.get_unsafe_globals_in_checkpoint(file))
-    except (ValueError, RuntimeError, OSError, EOFError) as exc:
-        raise TrainError(f"{file}: not a file torch.save wrote ({_one_line(exc)})") from None
-    unsafe = names - set(allowed)
+    unsafe = _pickle_globals(file) - set(allowed)
     if unsafe:
         raise TrainError(f"{file}: holds {', '.join(sorted(unsafe))}, which loading could run "
                          "as code; refusing to load it")
@@ -364,7 +419,7 @@ def _prune(checkpoints: Path, run_id: str | None, keep_last: int, saved: Path) -
     for path in checkpoints.glob("step-*"):
         try:
             meta = read_meta(path)
-        except (OSError, ValueError):
+        except DamagedCheckpoint:
             continue
         if meta.get("run_id") == run_id:
             ours.append((meta["step"], path))
@@ -374,7 +429,18 @@ def _prune(checkpoints: Path, run_id: str | None, keep_last: int, saved: Path) -
 
 
 def read_meta(path: Path) -> dict:
-    return json.loads((path / "meta.json").read_text())
+    """The checkpoint `path`'s meta.json; DamagedCheckpoint naming the file if it is not one."""
+    file = path / "meta.json"
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
+        raise DamagedCheckpoint(f"{file}: cannot be read ({_one_line(exc)})") from None
+    wrong = [key for key, kind in META_FIELDS.items()
+             if not isinstance(meta, dict) or not isinstance(meta.get(key), kind)]
+    if wrong:
+        raise DamagedCheckpoint(f"{file}: not a checkpoint's meta.json (no {' or '.join(wrong)} "
+                                "of the right type)")
+    return meta
 
 
 def incompatibility(meta: dict, model_config: dict, tokenizer_sha: str

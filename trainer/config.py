@@ -29,6 +29,7 @@ from trainer.lora import LoraOptions
 from trainer.model.config import ModelConfig
 
 GROUPS = ("corpus", "model", "train", "eval")
+RESUME_MODES = ("auto", "reschedule", "none", "overwrite")  # train.resume: see TrainConfig
 
 
 @dataclass
@@ -65,8 +66,10 @@ class TrainConfig:
     eval_batches: int = 4
     ckpt_every: int = 500
     keep_last: int = 2
-    # auto: continue the latest checkpoint if any | none: start fresh, refused if the run
-    # directory already holds a run | overwrite: delete the directory's previous run, start over
+    # auto: continue the latest checkpoint if any, under the lr schedule it was trained with |
+    # reschedule: as auto, under this config's schedule (max_steps, lr, ...) where it differs |
+    # none: start fresh, refused if the run directory already holds a run | overwrite: delete
+    # the directory's previous run, start over
     resume: str = "auto"
     # a run directory (its latest checkpoint) or a checkpoint whose weights this run starts
     # from: finetuning (same model shape and tokenizer; optimizer and schedule start anew)
@@ -92,11 +95,13 @@ class TrainConfig:
                 "must be >= 0 and finite (0: no clipping)")
         for key in ("warmup_steps", "eval_every"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0 (0: off)")
+        require(self.warmup_steps <= self.max_steps, "warmup_steps", self.warmup_steps,
+                f"must not exceed max_steps ({self.max_steps}): the run would end still warming up")
         require(self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision,
                 "must be fp32, bf16 or fp16")
         require(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "must be 0-3")
-        require(self.resume in ("auto", "none", "overwrite"), "resume", self.resume,
-                "must be auto, none or overwrite")
+        require(self.resume in RESUME_MODES, "resume", self.resume,
+                f"must be {', '.join(RESUME_MODES[:-1])} or {RESUME_MODES[-1]}")
         require(self.wandb.mode in ("online", "offline", "disabled"), "wandb.mode",
                 self.wandb.mode, "must be online, offline or disabled")
         self.lora.validate()

@@ -14,6 +14,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.core.manifest import read_manifest
+from corpus_gen.core.manifest import MANIFEST, read_manifest
 from trainer import checkpoint
 from trainer.checkpoint import TrainState
 from trainer.config import Experiment, TrainConfig
@@ -36,8 +37,12 @@ from trainer.finetune import load_parent
 from trainer.lora import add_adapters
 from trainer.model import GPT, ModelConfig
 from trainer.preempt import StopRequest
+from trainer.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_FILES, inside, replace_file, run_lock
 from trainer.schedule import lr_factor
 from trainer.tracking import Tracker
+
+# the train keys the lr schedule is made of: a resume refuses a change in any (resume=auto)
+SCHEDULE_KEYS = ("max_steps", "warmup_steps", "lr", "min_lr_ratio")
 
 # Dense bf16 peak FLOP/s per device, for MFU. CPU has no entry: MFU is reported as null there.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
@@ -125,25 +130,27 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     Returns the final metrics. Raises Preempted, with a checkpoint saved, when SIGUSR1, SIGTERM
     or `<run_dir>/.stop` asks the run to stop before train.max_steps.
     """
-    # the handlers go in first: a signal during DeepSpeed's set-up stops at the first step
-    with StopRequest(run_dir) as stop:
-        return _train(experiment, run_dir, corpus_dir, on_step, stop)
+    # the handlers go in first: a signal during DeepSpeed's set-up stops at the first step;
+    # `lock`: the run directory's, held to the end once the run has claimed the directory
+    with StopRequest(run_dir) as stop, ExitStack() as lock:
+        return _train(experiment, run_dir, corpus_dir, on_step, stop, lock)
 
 
 def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
-           on_step: Callable[[int, dict], None] | None, stop: StopRequest) -> dict:
+           on_step: Callable[[int, dict], None] | None, stop: StopRequest,
+           lock: ExitStack) -> dict:
     cfg = experiment.train
     world = setup()
-    if world.rank == 0:
-        stop.watch_file()
-    manifest = _corpus_manifest(corpus_dir)
+    manifest = _corpus_manifest(corpus_dir, experiment)
     model_config = model_for_corpus(experiment.model, cfg, manifest)
     try:
         model_config.validate()
         data = PackedBatches(corpus_dir, cfg, world.rank, world.world_size)
     except (ValueError, CorpusError) as exc:
         raise TrainError(str(exc)) from None
-    _claim_run_dir(run_dir, cfg.resume, world)
+    _claim_run_dir(run_dir, cfg.resume, world, lock)
+    if world.rank == 0:
+        stop.watch_file()
     _seed_everything(cfg.seed)  # identical initial weights on every rank
     model = GPT(model_config)
     parent = (load_parent(model, cfg.init_from, asdict(model_config),
@@ -163,7 +170,8 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     meta = {"model_config": asdict(model_config),
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
             "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size,
-            "run_id": uuid.uuid4().hex}  # what keep_last prunes: this run's checkpoints only
+            "run_id": uuid.uuid4().hex,  # what keep_last prunes: this run's checkpoints only
+            "schedule": {key: getattr(cfg, key) for key in SCHEDULE_KEYS}}
     if parent:
         meta["parent"] = parent
     if cfg.lora.rank:
@@ -191,29 +199,46 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
                                      stop))
     tracker.finish()
     if stopped:
-        stop.done()
+        stop.done(state.step, stopped)
         raise Preempted(state.step, stopped, stop.file)
     return metrics
 
 
-def _corpus_manifest(corpus_dir: Path) -> dict:
+def _corpus_manifest(corpus_dir: Path, experiment: Experiment) -> dict:
+    """The corpus's manifest; refused for a corpus of another family than the experiment's
+    corpus group names (`--corpus` of an iGSM corpus to a QA experiment would fail only at
+    evaluation, after the whole training)."""
     try:
-        return read_manifest(corpus_dir)
+        manifest = read_manifest(corpus_dir)
     except CorpusError as exc:
         raise TrainError(str(exc)) from None
+    wanted = experiment.corpus.family if experiment.corpus else None
+    if wanted is not None and manifest.get("family") != wanted:
+        raise TrainError(f"{corpus_dir / MANIFEST}: a corpus of family "
+                         f"{manifest.get('family')}, but experiment {experiment.name} "
+                         f"({experiment.source}) trains on family {wanted}; give --corpus a "
+                         f"corpus of family {wanted}, or leave it out")
+    return manifest
 
 
-# what a run leaves in its directory; `resume=overwrite` removes exactly these
-RUN_FILES = ("checkpoints", "metrics.jsonl", "eval", "config.yaml", "wandb_id.txt")
-
-
-def _claim_run_dir(run_dir: Path, resume: str, world: Dist) -> None:
-    """`resume=none` starts a new run only in a directory holding none (two runs mixed in one
-    directory would prune each other's checkpoints and share a metrics file); `overwrite`
-    deletes the previous run first; `auto` continues it."""
-    checkpoints = run_dir / "checkpoints"
+def _claim_run_dir(run_dir: Path, resume: str, world: Dist, lock: ExitStack) -> None:
+    """Take the run directory's lock into `lock` (rank 0 holds it; every rank stops alike if
+    another process holds it, or a file of the directory links out of it). Then `resume=none`
+    starts a new run only in a directory holding none (two runs mixed in one directory would
+    prune each other's checkpoints and share a metrics file); `overwrite` deletes the previous
+    run first (its files: run_dir.RUN_FILES); `auto` continues it."""
+    refused = [None]
+    if world.rank == 0:
+        try:
+            lock.enter_context(run_lock(run_dir, "physlm train"))
+        except TrainError as exc:
+            refused = [str(exc)]
+    dist.broadcast_object_list(refused, src=0)
+    if refused[0]:
+        raise TrainError(refused[0])
+    checkpoints = run_dir / CHECKPOINTS
     previous = [p for p in (checkpoints / checkpoint.LATEST, *checkpoints.glob("step-*"),
-                            run_dir / "metrics.jsonl") if p.exists()]
+                            run_dir / METRICS) if p.exists()]
     if resume == "none" and previous:
         raise TrainError(f"{run_dir}: already holds a run ({previous[0].relative_to(run_dir)}); "
                          "resume=auto continues it, resume=overwrite deletes it and starts over, "
@@ -221,26 +246,54 @@ def _claim_run_dir(run_dir: Path, resume: str, world: Dist) -> None:
     if resume == "overwrite" and previous:
         if world.rank == 0:
             print(f"train  | resume=overwrite: deleting the previous run in {run_dir}", flush=True)
-            for name in RUN_FILES:
+            for name in RUN_FILES:  # a link among them leads inside (the lock refuses others)
                 path = run_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                is_tree = path.is_dir() and not path.is_symlink()
+                shutil.rmtree(path) if is_tree else path.unlink(missing_ok=True)
         dist.barrier()
 
 
 def _resume(state: TrainState, checkpoints: Path, cfg: TrainConfig) -> None:
-    if cfg.resume != "auto":
+    """Continue from the newest intact checkpoint (resume=auto or reschedule), under the lr
+    schedule it was trained with unless resume=reschedule."""
+    if cfg.resume not in ("auto", "reschedule"):
         return
-    path = checkpoint.latest_checkpoint(checkpoints)
+    path, skipped = checkpoint.resumable(checkpoints)
+    if dist.get_rank() == 0:
+        for reason in skipped:
+            print(f"train  | skipped a damaged checkpoint: {reason}", flush=True)
     if path is None:
         return
     checkpoint.check_compatible(path, state.meta["model_config"],
                                 state.meta["tokenizer_sha256"])
-    saved = checkpoint.read_meta(path).get("lora")
-    if saved != state.meta.get("lora"):
-        raise TrainError(f"{path}: checkpoint has train.lora={saved} but the config says "
-                         f"{state.meta.get('lora')}; use another run directory or "
+    saved = checkpoint.read_meta(path)
+    if saved.get("lora") != state.meta.get("lora"):
+        raise TrainError(f"{path}: checkpoint has train.lora={saved.get('lora')} but the config "
+                         f"says {state.meta.get('lora')}; use another run directory or "
                          "resume=overwrite")
+    # checkpoints from before the schedule was recorded cannot be checked
+    schedule = saved.get("schedule") or state.meta["schedule"]
+    changed = next((key for key in SCHEDULE_KEYS
+                    if schedule.get(key) != state.meta["schedule"][key]), None)
+    if changed and cfg.resume == "auto":
+        raise TrainError(
+            f"{path}: trained with train.{changed}={schedule.get(changed)!r}, but the config "
+            f"says {getattr(cfg, changed)!r}, which changes the lr schedule mid-run; "
+            "train.resume=reschedule continues under the new schedule, or use another "
+            f"--run-dir (train.init_from={checkpoints.parent} starts from its weights)")
     checkpoint.load(state, path)
+    if changed:
+        _reschedule(state.engine, cfg, state.step)
+
+
+def _reschedule(engine, cfg: TrainConfig, step: int) -> None:
+    """Put the lr schedule of `cfg` in place of the one restored from a checkpoint: its peak lr
+    (the scheduler's base_lrs) and this step's lr (the optimizer's, which the next step uses);
+    the schedule's function already is this config's."""
+    scheduler = engine.lr_scheduler
+    scheduler.base_lrs = [cfg.lr for _ in scheduler.base_lrs]
+    for group in scheduler.optimizer.param_groups:
+        group["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
 
 
 def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
@@ -348,8 +401,7 @@ def _write_config(run_dir: Path, experiment: Experiment, corpus_dir: Path, manif
                   model_config: ModelConfig) -> None:
     resolved = OmegaConf.create(_flat_config(experiment, corpus_dir, manifest))
     resolved.model = asdict(model_config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(resolved, run_dir / "config.yaml")
+    replace_file(inside(run_dir, CONFIG), OmegaConf.to_yaml(resolved))
 
 
 def _flat_config(experiment: Experiment, corpus_dir: Path, manifest: dict) -> dict:

@@ -31,7 +31,10 @@ def load_parent(model: nn.Module, init_from: str, model_config: dict,
     """Load the parent checkpoint's weights into `model`; return what meta.json records of it.
     The parent must have this run's model shape and this corpus's tokenizer."""
     path = parent_checkpoint(init_from)
-    meta = checkpoint.read_meta(path)
+    try:
+        meta = checkpoint.read_meta(path)
+    except checkpoint.DamagedCheckpoint as exc:
+        raise TrainError(f"train.init_from={init_from}: {exc}") from None
     found = checkpoint.incompatibility(meta, model_config, tokenizer_sha)
     if found and found[0] == "tokenizer":
         raise TrainError(f"train.init_from={init_from}: {path} was trained with another "

@@ -7,14 +7,31 @@ SIGUSR1 or SIGTERM to any rank (the local executor's stop, `kill`), asks the loo
 checkpoint at the next optimizer-step boundary and stop; `train.resume=auto` continues from
 there. The loop combines the request into its per-step all-reduce, so that
 every rank stops at the same step whichever rank was asked.
+
+A clean stop is recorded in `<run_dir>/stopped.json` (its step and checkpoint), and
+`physlm train` exits 75; under torchrun it exits 0 instead, since torchrun reports any other
+exit of a worker as a failure, in a 30-line ChildFailedError: there the record is what tells
+the stop from the end of the run (slurm/train.sh reads it).
 """
 
+import json
+import os
 import signal
 import threading
 from pathlib import Path
 
+from corpus_gen.core.io import atomic_write
+from trainer.errors import PREEMPTED_EXIT
+
 STOP_FILE = ".stop"
+STOPPED_FILE = "stopped.json"  # the record of a clean stop, until the run starts again
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+def stopped_exit_code() -> int:
+    """`physlm train`'s exit code after a clean stop: 75 (EX_TEMPFAIL), or 0 under torchrun
+    (which sets TORCHELASTIC_RUN_ID in its workers' environment)."""
+    return 0 if "TORCHELASTIC_RUN_ID" in os.environ else PREEMPTED_EXIT
 
 
 class StopRequest:
@@ -23,6 +40,7 @@ class StopRequest:
 
     def __init__(self, run_dir: Path):
         self.file = run_dir / STOP_FILE
+        self.record = run_dir / STOPPED_FILE
         self.signal: int | None = None
         self.watching = False
         self._previous: dict = {}
@@ -48,15 +66,20 @@ class StopRequest:
         self.signal = number
 
     def watch_file(self) -> None:
-        """Look for the stop file at every step from now on, after removing a stale one: the
-        requeued run must not stop at once on the file that stopped its previous job."""
+        """Look for the stop file at every step from now on, after removing a stale one (the
+        requeued run must not stop at once on the file that stopped its previous job) and the
+        record of the previous stop (the run is going again)."""
         self.file.unlink(missing_ok=True)
+        self.record.unlink(missing_ok=True)
         self.watching = True
 
     def requested(self) -> bool:
         return self.signal is not None or (self.watching and self.file.exists())
 
-    def done(self) -> None:
-        """The request is served: remove the stop file (if this process watches it)."""
+    def done(self, step: int, checkpoint: Path) -> None:
+        """The request is served with `checkpoint` at `step`: record the stop and remove the
+        stop file (if this process watches it: rank 0)."""
         if self.watching:
+            record = {"step": step, "checkpoint": str(checkpoint)}
+            atomic_write(self.record, (json.dumps(record) + "\n").encode())
             self.file.unlink(missing_ok=True)

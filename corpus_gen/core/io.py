@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from corpus_gen.core.errors import CorpusError
@@ -34,7 +34,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise CorpusError(f"{path}: cannot write it: {exc.strerror}; files already finished "
                           "are kept") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # on a read-only filesystem this fails too: say the first error
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -59,7 +60,7 @@ def directory_lock(directory: Path, what: str, name: str = LOCK) -> Iterator[Non
     path = directory / name
     with open(path, "a+") as f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_exclusive(f)
             # the holder removes the file when it is done: a lock on a removed file is no lock
             if os.fstat(f.fileno()).st_ino != os.stat(path).st_ino:
                 raise BlockingIOError
@@ -74,7 +75,20 @@ def directory_lock(directory: Path, what: str, name: str = LOCK) -> Iterator[Non
         try:
             yield
         finally:
-            path.unlink(missing_ok=True)
+            with suppress(OSError):  # a lock file left behind is no lock: its holder has gone
+                path.unlink(missing_ok=True)
+
+
+def _flock_exclusive(f, tries: int = 20, pause: float = 0.025) -> None:
+    """An exclusive lock on `f`, or BlockingIOError. It tries for about half a second, so that a
+    `lock_holder` probe's brief shared lock is never taken for a writer."""
+    for _ in range(tries - 1):
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(pause)
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def lock_holder(path: Path) -> str | None:
