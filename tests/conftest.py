@@ -38,6 +38,22 @@ def train_corpus(tmp_path_factory) -> Path:
     return out
 
 
+def record_eval_set(corpus: Path, name: str) -> None:
+    """Record `eval/<name>.jsonl` in the corpus's manifest (a bare one where there is none) with
+    the file's sha256, as physlm gen would: a set a test wrote or edited, which evaluation then
+    trusts."""
+    from corpus_gen.core.io import sha256_file
+    from corpus_gen.core.manifest import FORMAT, MANIFEST, read_json, write_json
+
+    path = corpus / MANIFEST
+    manifest = (read_json(path) if path.exists()
+                else {"format": FORMAT, "shards": [], "tokenizer": {}, "eval": []})
+    listed = f"eval/{name}.jsonl"
+    manifest["eval"] = [e for e in manifest["eval"] if e["name"] != listed]
+    manifest["eval"].append({"name": listed, "sha256": sha256_file(corpus / listed)})
+    write_json(path, manifest)
+
+
 def tiny_experiment_file(directory: Path) -> Path:
     """An experiment YAML of a 2-layer, 32-wide GPT that trains in milliseconds per step."""
     path = directory / "exp.yaml"

@@ -26,7 +26,7 @@ from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
-from tests.conftest import memorize, tiny_experiment_file
+from tests.conftest import memorize, record_eval_set, tiny_experiment_file
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.eval.registry import EvalContext, eval_schema, tasks
@@ -308,6 +308,7 @@ def test_from_bos_needs_no_held_out_string(two_corpus, tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(two_corpus, corpus)
     (corpus / "eval" / "cfg_test.jsonl").write_text("")
+    record_eval_set(corpus, "cfg_test")  # as generated with eval_samples=0
     results = cfg.run(context_for(planted(corpus, TWO), corpus, tmp_path),
                       cfg.CfgOptions(samples=6, prefix_lengths=[0, 5], kl_strings=3))
     assert results["prefix_0"] == {"accuracy": 1.0, "n": 6, "failures": {}}
@@ -328,5 +329,6 @@ def test_a_corpus_of_another_family_is_named(two_corpus, tmp_path):
         cfg.run(context, cfg.CfgOptions())
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "cfg_test.jsonl").write_text('{"id": 0}\n')
-    with pytest.raises(TrainError, match=r"cfg_test.jsonl:1: a cfg row needs `terminals`"):
+    record_eval_set(tmp_path, "cfg_test")
+    with pytest.raises(TrainError, match=r"cfg_test.jsonl:1: no 'terminals'; "):
         cfg.run(context, cfg.CfgOptions())

@@ -14,6 +14,7 @@ from corpus_gen.core.manifest import FORMAT
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
 from corpus_gen.igsm.checker import REASONS
+from tests.conftest import record_eval_set
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.eval.registry import EvalContext, eval_schema, tasks
@@ -152,11 +153,12 @@ def test_missing_sets_and_other_corpora_are_named(corpus, tmp_path):
     assert igsm.default_sets(corpus) == SETS
     assert len(igsm.load_rows(corpus, "igsm_test", 2)) == 2
     (tmp_path / "eval").mkdir()
-    for text, message in (('{"id": 0, "prompt": "x"}\n', r"igsm_bad.jsonl:1: .*missing: \['op'"),
-                          ("{}\nnot json\n", "igsm_bad.jsonl:1: "),
+    for text, message in (('{"id": 0, "prompt": "x"}\n', r"igsm_bad.jsonl:1: no 'op'; "),
+                          ("{}\nnot json\n", "igsm_bad.jsonl:1: no 'id'"),
                           ('{"id": 0, "prompt": "x", "op": 1, "problem": {}}\nnot json\n',
                            "igsm_bad.jsonl:2: not JSON")):
         (tmp_path / "eval" / "igsm_bad.jsonl").write_text(text)
+        record_eval_set(tmp_path, "igsm_bad")  # the manifest agrees: the rows are what is bad
         with pytest.raises(TrainError, match=message):
             igsm.load_rows(tmp_path, "igsm_bad", 0)
     with pytest.raises(TrainError, match="no igsm eval sets"):

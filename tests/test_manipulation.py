@@ -12,6 +12,7 @@ from corpus_gen.bios.manipulation import FORMS, QUESTIONS, answer_text, verdict_
 from corpus_gen.bios.people import MONTHS
 from corpus_gen.bios.qa import answered
 from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
+from tests.conftest import record_eval_set
 from tests.test_qa_eval import PlantedModel, context_for
 from trainer.eval import manipulation
 from trainer.model import GPT, ModelConfig
@@ -168,6 +169,7 @@ def test_the_task_reads_the_sets_and_refuses_a_corpus_without_them(sets, tokeniz
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "manipulation_test.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in sets["manipulation_test"][:20]))
+    record_eval_set(tmp_path, "manipulation_test")
     result = manipulation.run(context_for(model, tokenizer, tmp_path), options)
     assert result["test"]["cot"]["accuracy"] == 1.0 and result["test"]["cot"]["n"] == 10
     assert result["chance"] == 0.5 and set(result["test"]) == {"cot"}

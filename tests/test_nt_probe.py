@@ -20,7 +20,7 @@ from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
-from tests.conftest import ROOT, tiny_experiment_file
+from tests.conftest import ROOT, record_eval_set, tiny_experiment_file
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
@@ -218,6 +218,7 @@ def test_refusals_name_what_is_wrong_in_one_line(tokenizer, strings, labels, cor
     (damaged / "manifest.json").write_text(json.dumps(manifest))
     assert corpus_family(damaged) == "cfg"
     (damaged / CFG_TEST).write_text((corpus / CFG_TEST).read_text().splitlines()[0] + "\n")
+    record_eval_set(damaged, "cfg_test")  # a corpus generated with one held-out string
     with pytest.raises(TrainError, match=r"cfg_test.jsonl: 1 strings; the probe task needs at "
                                          r"least 2 \(probe-train and probe-test\)$"):
         run(context_for(model, tokenizer, damaged), ProbeOptions())
@@ -253,7 +254,7 @@ def test_physlm_eval_probes_a_gpt_trained_on_a_cfg_corpus(run_dir, tmp_path, cap
     OmegaConf.save(config, run_copy / "config.yaml")
     assert main(["eval", str(run_copy), "--task", "probe"]) == 0, capsys.readouterr().err
     written = json.loads((run_copy / "eval" / "probe.json").read_text())
-    assert (written["step"], written["run"], written["grammar"]) == (2, "t", "cfg3b")
+    assert (written["step"], written["run"], written["grammar"]) == (2, "run", "cfg3b")
     assert written["strings"] == {"train": 32, "test": 8}
     assert written["positions"] == {"train": 32 * 20, "test": 8 * 20}
     for kind in ("ancestor", "boundary"):

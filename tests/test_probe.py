@@ -288,7 +288,7 @@ def test_the_task_runs_through_evaluate_and_writes_its_table_and_heat_map(run_di
     OmegaConf.save(config, run_copy / "config.yaml")
     results = evaluate(run_copy, ["probe"])["probe"]
     written = json.loads((run_copy / "eval" / "probe.json").read_text())
-    assert written == results and (written["step"], written["run"]) == (2, "t")
+    assert written == results and (written["step"], written["run"]) == (2, "run")
     assert written["people"] == {"train": 40, "test": 10}
     for kind in ("p", "q"):
         entry = written[kind]

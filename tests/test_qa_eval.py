@@ -159,11 +159,16 @@ def test_the_planted_model_recites_through_real_generation_with_and_without_cach
     assert generate(model, prompts[2:3], budget) == cached[2:3]
 
 
+def _rates(entry: dict) -> dict:
+    """An attribute's scores without its chance (the chance tests check those)."""
+    return {key: entry[key] for key in ("exact", "first_token", "n")}
+
+
 def _expect(result: dict, exact: float, first_token: float, people: int = len(PEOPLE)) -> None:
     assert set(result["per_attribute"]) == set(ATTRIBUTES)
     for attribute in ATTRIBUTES:
-        assert result["per_attribute"][attribute] == {"exact": exact, "first_token": first_token,
-                                                      "n": people}, attribute
+        assert _rates(result["per_attribute"][attribute]) == {
+            "exact": exact, "first_token": first_token, "n": people}, attribute
     assert (result["exact"], result["first_token"], result["n"]) == (
         exact, first_token, people * len(ATTRIBUTES))
 
@@ -223,11 +228,42 @@ def test_mixed_answers_are_counted_per_attribute_and_pooled_over_rows(tokenizer,
     # over rows (9/16, 13/16), not the mean of the attributes' means (0.556, 0.833)
     result = score_split(context_for(plant(tokenizer, rows[:-2], answers[:-2]), tokenizer,
                                      tmp_path), rows[:-2], batch_size)
-    assert result["per_attribute"]["employer"] == {"exact": 0.5, "first_token": 1.0, "n": 2}
-    assert result["per_attribute"]["company_city"] == {"exact": 0.5, "first_token": 1.0, "n": 2}
+    assert _rates(result["per_attribute"]["employer"]) == {"exact": 0.5, "first_token": 1.0,
+                                                           "n": 2}
+    assert _rates(result["per_attribute"]["company_city"]) == {"exact": 0.5, "first_token": 1.0,
+                                                               "n": 2}
     assert result["n"] == 16
     assert result["exact"] == pytest.approx(9 / 16)
     assert result["first_token"] == pytest.approx(13 / 16)
+
+
+def test_chance_is_the_share_of_each_attributes_commonest_answer_and_first_token(tokenizer,
+                                                                                   rows, tmp_path):
+    """Always guessing an attribute's commonest answer (first token) scores its share: two of
+    three university answers begin with "Stanford" (as "University" begins many), so first-token
+    chance is 2/3 there, not ~0. Overall chance guesses per attribute: (2 + 2) / 5 first token,
+    (1 + 2) / 5 exact, not the pooled commonest first token's 2 / 5."""
+    given = {("university", 0): "Stanford University", ("university", 1): "Stanford Tech College",
+             ("university", 2): "Rice University", ("major", 0): "Marine Biology",
+             ("major", 1): "Marine Biology"}
+    chosen = [{**r, "answer": given[r["attribute"], r["person"]]} for r in rows
+              if (r["attribute"], r["person"]) in given]
+    model = plant(tokenizer, chosen, [r["answer"] for r in chosen])
+    result = score_split(context_for(model, tokenizer, tmp_path), chosen, 4)
+    university, major = result["per_attribute"]["university"], result["per_attribute"]["major"]
+    assert (university["exact_chance"], university["first_token_chance"]) == (
+        pytest.approx(1 / 3), pytest.approx(2 / 3))
+    assert (major["exact_chance"], major["first_token_chance"]) == (1.0, 1.0)
+    assert result["exact_chance"] == pytest.approx(3 / 5)
+    assert result["first_token_chance"] == pytest.approx(4 / 5)
+    assert result["exact"] == result["first_token"] == 1.0
+
+
+def test_a_split_without_questions_scores_no_data_not_zero(tokenizer, tmp_path):
+    model = plant(tokenizer, [], [])
+    assert score_split(context_for(model, tokenizer, tmp_path), [], 4) == {
+        "exact": None, "first_token": None, "exact_chance": None, "first_token_chance": None,
+        "n": 0, "too_long": 0, "per_attribute": {}}
 
 
 @pytest.mark.parametrize("batch_size", [1, 5, 64])

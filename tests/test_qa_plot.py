@@ -26,15 +26,47 @@ def test_bars_show_exact_and_first_token_accuracy_per_split_and_attribute():
                                                            "university"]
 
 
-def test_title_names_run_and_step_and_legend_gives_n_and_chance():
+def test_title_names_run_and_step_and_legend_gives_n_and_means():
     ax = figure(RESULTS).axes[0]
     assert ax.get_title() == "QA extraction by attribute (quickstart, step 1200)"
-    chance = [line for line in ax.lines if line.get_label().startswith("chance ~0")]
-    assert len(chance) == 1 and list(chance[0].get_ydata()) == [0, 0]
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
     assert labels[:2] == ["test (n=300): exact 25.0%, first token 50.0%",
                           "train (n=297): exact 75.0%, first token 91.7%"]
     assert {"exact match", "first token"} <= set(labels)
+
+
+def _with_chance(split: dict, exact_chance: list[float], first_chance: list[float]) -> dict:
+    per_attribute = {a: {**score, "exact_chance": e, "first_token_chance": f}
+                     for (a, score), e, f in zip(split["per_attribute"].items(), exact_chance,
+                                                 first_chance)}
+    return {**split, "per_attribute": per_attribute}
+
+
+def test_each_bar_has_its_attributes_chance_as_a_dashed_tick_not_a_line_at_zero():
+    # "▁University" begins 38.5% of university answers: first-token chance is not ~0
+    results = {"step": 5, "test": _with_chance(RESULTS["test"], [0.0, 0.02, 0.01],
+                                               [0.083, 0.04, 0.385])}
+    ax = figure(results).axes[0]
+    ticks = [c for c in ax.collections if c.get_label() == "chance"]
+    heights = sorted(float(segment[0][1]) for tick in ticks for segment in tick.get_segments())
+    assert heights == [0.0, 0.01, 0.02, 0.04, 0.083, 0.385]
+    assert not [line for line in ax.lines if line.get_label().startswith("chance ~0")]
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert "chance: always the commonest answer (first token)" in labels
+
+
+def test_an_empty_split_and_a_missing_attribute_say_no_data_instead_of_a_zero_bar():
+    empty = {"exact": None, "first_token": None, "n": 0, "too_long": 0, "per_attribute": {}}
+    ax = figure({"step": 5, "test": empty, "train": RESULTS["train"]}).axes[0]
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels[0] == "test (n=0): no data"
+    assert [t.get_text() for t in ax.texts] == ["no data"] * 6  # 3 attributes x 2 metrics
+    heights = {c.get_label(): [bar.get_height() for bar in c] for c in ax.containers}
+    assert all(h != h for h in heights["test exact match"])  # NaN: no bar, not a 0 bar
+    partial = {**RESULTS["test"], "per_attribute": {
+        k: v for k, v in RESULTS["test"]["per_attribute"].items() if k != "university"}}
+    ax = figure({"step": 5, "test": partial, "train": RESULTS["train"]}).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["no data"] * 2  # test's university only
 
 
 def test_title_without_a_run_name_gives_the_step():

@@ -56,6 +56,7 @@ from corpus_gen.core.config import require
 from corpus_gen.core.io import atomic_write
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.errors import TrainError
+from trainer.eval.eval_sets import read_eval_set
 from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
@@ -125,21 +126,9 @@ class Spelling:
 
 
 def load_rows(corpus_dir: Path) -> list[dict]:
-    """The held-out strings of `eval/cfg_test.jsonl`."""
-    path = corpus_dir / "eval" / f"{TEST_SET}.jsonl"
-    if not path.exists():
-        raise TrainError(f"{path}: missing; the cfg task needs a cfg corpus")
-    rows = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TrainError(f"{path}:{number}: not JSON ({exc})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("terminals"), list):
-                raise TrainError(f"{path}:{number}: a cfg row needs `terminals`, a list")
-            rows.append(row)
-    return rows
+    """The held-out strings of `eval/cfg_test.jsonl`, verified."""
+    return list(read_eval_set(corpus_dir, TEST_SET, {"terminals": list},
+                              "the cfg task needs a cfg corpus"))
 
 
 def read_grammar(corpus_dir: Path) -> Grammar:
@@ -316,9 +305,9 @@ def run(context: EvalContext, options: CfgOptions) -> dict:
                                              reference)
     if options.kl_strings:
         results["next_token"] = next_token(context, grammar, spelling, rows, options)
-    out = context.run_dir / "eval"
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / GENERATIONS, "".join(json.dumps(entry) + "\n" for entry in log).encode())
+    context.out.mkdir(parents=True, exist_ok=True)
+    atomic_write(context.out / GENERATIONS,
+                 "".join(json.dumps(entry) + "\n" for entry in log).encode())
     return results
 
 

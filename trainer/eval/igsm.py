@@ -20,6 +20,7 @@ Every generation, with its verdict, also goes to `<run>/eval/igsm_generations.js
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from corpus_gen.core.config import require
@@ -28,10 +29,11 @@ from corpus_gen.core.manifest import read_manifest
 from corpus_gen.igsm.checker import check_solution
 from corpus_gen.igsm.graph import MOD
 from trainer.errors import TrainError
+from trainer.eval.eval_sets import read_eval_set
 from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
-_ROW_KEYS = ("id", "prompt", "op", "problem")
+_ROW_FIELDS = {"id": int, "prompt": str, "op": int, "problem": dict}
 GENERATIONS = "igsm_generations.jsonl"
 
 
@@ -64,24 +66,10 @@ def default_sets(corpus_dir: Path) -> list[str]:
 
 
 def load_rows(corpus_dir: Path, name: str, max_problems: int) -> list[dict]:
-    path = corpus_dir / "eval" / f"{name}.jsonl"
-    if not path.exists():
-        raise TrainError(f"{path}: missing; the igsm task needs an igsm corpus with this set")
-    rows = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if max_problems and len(rows) >= max_problems:
-                break
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TrainError(f"{path}:{number}: not JSON ({exc})") from None
-            missing = [key for key in _ROW_KEYS if key not in row]
-            if missing or not isinstance(row["prompt"], str) or not row["prompt"].strip():
-                raise TrainError(f"{path}:{number}: an igsm row needs a prompt and "
-                                 f"{list(_ROW_KEYS[2:])}; missing: {missing or ['prompt']}")
-            rows.append(row)
-    return rows
+    """The first `max_problems` rows (0: all) of eval set `name`, verified."""
+    rows = read_eval_set(corpus_dir, name, _ROW_FIELDS,
+                         "the igsm task needs an igsm corpus with this set")
+    return list(islice(rows, max_problems or None))
 
 
 def score_text(row: dict, text: str, truncated: bool = False) -> dict:
@@ -108,14 +96,15 @@ def summarize(verdicts: list[tuple[dict, dict]]) -> dict:
         per_op[int(row["op"])].append(verdict)
     every = [verdict for _, verdict in verdicts]
 
-    def rates(items: list[dict]) -> dict:
+    def rates(items: list[dict]) -> dict:  # of no items: None (no data), not 0
         n = len(items)
-        return {"solution": sum(v["solution"] for v in items) / max(1, n),
-                "answer": sum(v["answer"] for v in items) / max(1, n), "n": n}
+        return {**{key: sum(v[key] for v in items) / n if n else None
+                   for key in ("solution", "answer")}, "n": n}
 
     failures = Counter(v["reason"] for v in every if not v["solution"])
     return {**rates(every),
-            "truncated": sum(v.get("truncated", False) for v in every) / max(1, len(every)),
+            "truncated": (sum(v.get("truncated", False) for v in every) / len(every)
+                          if every else None),
             "failures": dict(sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))),
             "per_op": {str(op): rates(per_op[op]) for op in sorted(per_op)}}
 
@@ -175,9 +164,9 @@ def run(context: EvalContext, options: IgsmOptions) -> dict:
             sets = [n for n in names if results[n]["distribution"] == key]
             results[label] = {"distribution": key, **summarize(by_distribution[key]),
                               "sets": sets}
-    out = context.run_dir / "eval"
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / GENERATIONS, "".join(json.dumps(entry) + "\n" for entry in log).encode())
+    context.out.mkdir(parents=True, exist_ok=True)
+    atomic_write(context.out / GENERATIONS,
+                 "".join(json.dumps(entry) + "\n" for entry in log).encode())
     return results
 
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 CHANCE = 0.5  # a forced choice between two verdicts
 _NEEDS = "the manipulation task needs a bios corpus generated with manipulation=true"
+MANIPULATION_FIELDS = {"question": str, "form": str, "prompt": str, "reasoning": str,
+                       "verdict": str}
 
 
 @dataclass
@@ -123,7 +125,7 @@ def run(context: EvalContext, options: ManipulationOptions) -> dict:
     results = {}
     for split in options.splits:
         rows = read_rows(context.corpus_dir, f"manipulation_{split}", options.max_people,
-                         _NEEDS)
+                         _NEEDS, MANIPULATION_FIELDS)
         results[split] = score_rows(context, [r for r in rows if r["form"] in options.forms],
                                     options.batch_size)
     results["chance"] = CHANCE

@@ -30,12 +30,12 @@ kind, layer and level a logistic regression is fit and scored as for bios, chanc
 majority class of probe-train.
 """
 
-import json
 import math
 import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,7 @@ from corpus_gen.core.shards import read_shard
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.errors import TrainError
 from trainer.eval.activations import extract_features
+from trainer.eval.eval_sets import read_eval_set
 from trainer.eval.registry import EvalContext, Task, register
 
 if TYPE_CHECKING:
@@ -67,7 +68,9 @@ TITLES = {"p": "P-probe: biography, token before each value", "q": "Q-probe: the
 MAX_ITER = 300  # lbfgs iterations per probe: enough to settle accuracy, bounded on CPU
 _NEEDS = "the probe task needs a bios corpus"
 _FAMILIES = "the probe task needs a bios or cfg corpus"
-CFG_TEST = "eval/cfg_test.jsonl"
+CFG_SET = "cfg_test"
+CFG_TEST = f"eval/{CFG_SET}.jsonl"
+CFG_FIELDS = {"id": int, "text": str, "terminals": list, "rules": list}
 
 
 @dataclass
@@ -335,18 +338,13 @@ def read_cfg_strings(corpus_dir: Path, max_strings: int) -> tuple[Grammar, list[
     (id, text, terminals, rules) and their parse trees' labels (`Samples.labels`, positions of
     the strings back to back)."""
     path, held_out = corpus_dir / "grammar.json", corpus_dir / CFG_TEST
-    for needed in (path, held_out):
-        if not needed.is_file():
-            raise TrainError(f"{needed}: missing; {_FAMILIES} with its grammar and held-out "
-                             f"strings (eval_samples >= 2); run physlm verify {corpus_dir}")
+    needs = (f"{_FAMILIES} with its grammar and held-out strings (eval_samples >= 2); run "
+             f"physlm verify {corpus_dir}")
+    if not path.is_file():
+        raise TrainError(f"{path}: missing; {needs}")
+    rows = read_eval_set(corpus_dir, CFG_SET, CFG_FIELDS, needs)
     grammar = load_grammar(str(path))
-    strings = []
-    with held_out.open() as lines:
-        for line in lines:
-            if max_strings and len(strings) == max_strings:
-                break
-            if line.strip():
-                strings.append(json.loads(line))
+    strings = list(islice(rows, max_strings or None))
     try:
         samples = replay(grammar, [s["rules"] for s in strings], labels=True)
     except (KeyError, ValueError) as exc:

@@ -3,18 +3,20 @@
 For each person and attribute of `eval/qa_<split>.jsonl`, greedy generation continues the prompt
 ("What is the birth date of X?\nAnswer:"); the expected continuation is the tokens of
 " <answer>." as the training QA documents write it. Scored: exact match of the whole answer
-and of its first token, per attribute and overall.
+and of its first token, per attribute and overall, each beside its chance: the accuracy of always
+giving the commonest expected answer (or first token) of the attribute, the floor a model reaches
+without knowing anyone ("▁University" begins most university answers). A split without rows
+scores None (no data), not 0.
 """
 
-import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corpus_gen.bios.qa import answered
 from corpus_gen.core.config import require
-from trainer.errors import TrainError
+from trainer.eval.eval_sets import read_eval_set
 from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
@@ -37,20 +39,20 @@ class QAOptions:
             require(split in ("train", "test"), "splits", split, "must be train or test")
 
 
-def read_rows(corpus_dir: Path, name: str, max_people: int, needs: str) -> list[dict]:
-    """The rows of eval set `name` for its first `max_people` people (0: all); `needs` says
-    what corpus has the set, for the error when it is missing."""
-    path = corpus_dir / "eval" / f"{name}.jsonl"
-    if not path.exists():
-        raise TrainError(f"{path}: missing; {needs}")
+# what a row of a qa set holds (the other bios sets: `fields` of their tasks)
+QA_FIELDS = {"attribute": str, "prompt": str, "answer": str}
+
+
+def read_rows(corpus_dir: Path, name: str, max_people: int, needs: str,
+              fields: dict[str, type] = QA_FIELDS) -> list[dict]:
+    """The rows of eval set `name` (verified, each with `fields`) for its first `max_people`
+    people (0: all); `needs` says what corpus has the set, for the error when it is missing."""
     rows, people = [], set()
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            if max_people and row["person"] not in people and len(people) >= max_people:
-                break
-            people.add(row["person"])
-            rows.append(row)
+    for row in read_eval_set(corpus_dir, name, {"person": int, **fields}, needs):
+        if max_people and row["person"] not in people and len(people) >= max_people:
+            break
+        people.add(row["person"])
+        rows.append(row)
     return rows
 
 
@@ -81,19 +83,37 @@ def answers(context: EvalContext, rows: list[dict], batch_size: int
 
 
 def score_split(context: EvalContext, rows: list[dict], batch_size: int) -> dict:
-    exact, first = defaultdict(list), defaultdict(list)
+    by_attribute: dict[str, list[tuple[list[int], list[int]]]] = defaultdict(list)
     pairs, too_long = answers(context, rows, batch_size)
-    for row, (want, got) in zip(rows, pairs):
-        exact[row["attribute"]].append(got[: len(want)] == want)
-        first[row["attribute"]].append(got[:1] == want[:1])
-    per_attribute = {a: {"exact": sum(exact[a]) / len(exact[a]),
-                         "first_token": sum(first[a]) / len(first[a]), "n": len(exact[a])}
-                     for a in exact}
-    every_exact = [x for values in exact.values() for x in values]
-    every_first = [x for values in first.values() for x in values]
-    return {"exact": sum(every_exact) / max(1, len(every_exact)),
-            "first_token": sum(every_first) / max(1, len(every_first)),
-            "n": len(every_exact), "too_long": too_long, "per_attribute": per_attribute}
+    for row, pair in zip(rows, pairs):
+        by_attribute[row["attribute"]].append(pair)
+    per_attribute = {a: _scores(p) for a, p in by_attribute.items()}
+    overall = _scores(pairs)
+    for key in CHANCES:  # guessing each attribute's commonest answer, not the pooled commonest
+        overall[key] = (sum(s[key] * s["n"] for s in per_attribute.values()) / overall["n"]
+                        if overall["n"] else None)
+    return {**overall, "too_long": too_long, "per_attribute": per_attribute}
+
+
+CHANCES = ("exact_chance", "first_token_chance")
+
+
+def _scores(pairs: list[tuple[list[int], list[int]]]) -> dict:
+    """Exact and first-token accuracy of (expected, generated) pairs and their chance (the
+    share of the commonest expected answer, first token); rates None where there are no pairs."""
+    n = len(pairs)
+    if not n:
+        return {"exact": None, "first_token": None, **dict.fromkeys(CHANCES), "n": 0}
+    return {"exact": sum(got[: len(want)] == want for want, got in pairs) / n,
+            "first_token": sum(got[:1] == want[:1] for want, got in pairs) / n,
+            "exact_chance": _commonest_share([tuple(want) for want, _ in pairs]),
+            "first_token_chance": _commonest_share([tuple(want[:1]) for want, _ in pairs]),
+            "n": n}
+
+
+def _commonest_share(values: list[tuple]) -> float:
+    """The accuracy of always giving the commonest of `values`."""
+    return max(Counter(values).values()) / len(values)
 
 
 def _generation_groups(rows: list[int], prompts: list[list[int]], expected: list[list[int]],
@@ -115,20 +135,20 @@ def run(context: EvalContext, options: QAOptions) -> dict:
             for split in options.splits}
 
 
+NAN = float("nan")  # a bar not drawn
 # (result key, legend label, hatch): how the plot draws each metric
 METRICS = (("exact", "exact match", None), ("first_token", "first token", "///"))
 
 
 def figure(results: dict) -> "Figure":
     """Accuracy per attribute: for each split, exact match (solid bar) beside first-token
-    accuracy (hatched, same colour); the legend, below the axes, gives each split's n and means.
-
-    Chance: guessing a whole answer is ~0 (each attribute draws from hundreds of names, cities,
-    dates, ...), and the result holds no answer counts for a sharper figure, so a dashed line at
-    0 marks it. First-token chance can be higher (a birth date's first token is one of 12
-    months): bars near 1/12 there are no evidence of extraction.
+    accuracy (hatched, same colour), each bar's chance (the share of the attribute's commonest
+    answer or first token: always guessing it scores that) a dashed tick across it, and "no data"
+    where a split has no question of the attribute; the legend, below the axes, gives each
+    split's n and means.
     """
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import PercentFormatter
 
@@ -142,20 +162,27 @@ def figure(results: dict) -> "Figure":
         color = f"C{i}"
         for j, (metric, label, hatch) in enumerate(METRICS):
             offset = (2 * i + j + 0.5) * width - 0.4  # the group of bars centred on the tick
-            values = [results[split]["per_attribute"].get(a, {}).get(metric, 0.0)
-                      for a in attributes]
-            ax.bar([x + offset for x in range(len(attributes))], values, width,
+            scores = [results[split]["per_attribute"].get(a, {}) for a in attributes]
+            xs = [x + offset for x in range(len(attributes))]
+            values = [score.get(metric) for score in scores]
+            ax.bar(xs, [NAN if v is None else v for v in values], width,
                    **_bar_style(color, hatch), label=f"{split} {label}")
-        entry = results[split]
-        handles.append(Patch(color=color, label=f"{split} (n={entry['n']}): exact "
-                             f"{entry['exact']:.1%}, first token {entry['first_token']:.1%}"))
-    handles.append(ax.axhline(0, color="gray", linestyle="--", linewidth=1.2,
-                              label="chance ~0 (exact match of an open-ended answer)"))
+            for x, value, score in zip(xs, values, scores):
+                if value is None:
+                    ax.text(x, 0.01, "no data", rotation=90, ha="center", va="bottom",
+                            fontsize=7, color="gray")
+                elif score.get(f"{metric}_chance") is not None:
+                    ax.hlines(score[f"{metric}_chance"], x - width / 2, x + width / 2,
+                              colors="black", linestyles="--", linewidth=1.2, label="chance")
+        handles.append(Patch(color=color, label=_split_label(split, results[split])))
+    if any(c.get_label() == "chance" for c in ax.collections):
+        handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1.2,
+                              label="chance: always the commonest answer (first token)"))
     # the metric key last: with two columns it fills the right one
     handles += [Patch(**_bar_style("dimgray", hatch), label=label) for _, label, hatch in METRICS]
     ax.set_xticks(range(len(attributes)))
     ax.set_xticklabels([a.replace("_", " ") for a in attributes])
-    ax.set_ylim(-0.02, 1.02)  # the chance line at 0 stays visible
+    ax.set_ylim(-0.02, 1.02)  # a chance at 0 stays visible
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylabel("accuracy")
     ax.grid(axis="y", alpha=0.3)
@@ -165,6 +192,13 @@ def figure(results: dict) -> "Figure":
               fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def _split_label(split: str, entry: dict) -> str:
+    if entry.get("exact") is None:
+        return f"{split} (n={entry.get('n', 0)}): no data"
+    return (f"{split} (n={entry['n']}): exact {entry['exact']:.1%}, first token "
+            f"{entry['first_token']:.1%}")
 
 
 def _bar_style(color: str, hatch: str | None) -> dict:

@@ -32,6 +32,12 @@ class EvalContext:
     corpus_dir: Path
     run_dir: Path
     device: torch.device
+    # where a task writes files beside its results (generations); the runner moves them into
+    # <run>/eval/ with the results once the task has finished
+    out: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.out = self.out or self.run_dir / "eval"
 
 
 @dataclass(frozen=True)

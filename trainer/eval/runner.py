@@ -1,20 +1,28 @@
 """`physlm eval RUN_DIR [--task T]`: load the run's latest weights and run evaluation tasks."""
 
 import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from corpus_gen.core.io import atomic_write
 from corpus_gen.core.manifest import read_manifest
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer import checkpoint
 from trainer.errors import TrainError
-from trainer.eval.registry import EvalContext, eval_schema, tasks
+from trainer.eval.registry import EvalContext, Task, eval_schema, tasks
 from trainer.model import GPT, ModelConfig
+from trainer.run_dir import CONFIG, EVAL, run_lock, write_error
 from trainer.tracking import Tracker
+
+STAGING = "-staging-"  # eval/.<task>-staging-XXXX: a task's files until it has finished
 
 
 def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
@@ -31,24 +39,69 @@ def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
     return model.to(device).eval(), checkpoint.read_meta(path)
 
 
+@dataclass
+class RunConfig:
+    """What evaluation reads of a run's `config.yaml` (the config its training resolved)."""
+
+    path: Path
+    name: str
+    corpus_dir: Path
+    eval: dict
+    tracking: dict  # Tracker's W&B arguments, as training had them
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The run's `config.yaml`; a TrainError naming the file when it is missing or damaged."""
+    path = run_dir / CONFIG
+    if not path.is_file():
+        raise TrainError(f"{run_dir}: not a run directory (no {CONFIG})")
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        if not isinstance(config, dict):
+            raise TypeError("not a mapping of settings")
+        wandb = config["train"]["wandb"]
+        tracking = {"wandb_mode": wandb["mode"], "project": wandb["project"],
+                    "entity": wandb.get("entity"), "group": wandb.get("group"),
+                    "tags": list(wandb.get("tags") or [])}
+        return RunConfig(path, str(config["name"]), Path(config["corpus_dir"]),
+                         dict(config["eval"]), tracking)
+    except KeyError as exc:
+        raise TrainError(f"{path}: damaged run config: no {exc.args[0]!r}") from None
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError,
+            OmegaConfBaseException) as exc:
+        raise TrainError(f"{path}: damaged run config: {' '.join(str(exc).split())}") from None
+
+
+def run_label(run_dir: Path) -> str:
+    """How results and plots name a run: its directory's name (a plan's runs are the
+    directories named after them under the plan's root)."""
+    return run_dir.resolve().name
+
+
 def evaluate(run_dir: Path, task_names: list[str] | None = None,
              eval_config: Any = None, corpus_dir: Path | None = None) -> dict:
     """Run `task_names` (default: the run's `eval.tasks`) on the run's latest checkpoint; write
-    `<run>/eval/<task>.json`."""
-    config_path = run_dir / "config.yaml"
-    if not config_path.exists():
-        raise TrainError(f"{run_dir}: not a run directory (no config.yaml)")
-    resolved = OmegaConf.load(config_path)
-    corpus_dir = Path(corpus_dir or resolved.corpus_dir)
+    `<run>/eval/<task>.json` (and the task's plot and other files) once the task has finished,
+    so that a failed evaluation leaves the previous results as they were."""
+    config = read_run_config(run_dir)
+    corpus_dir = Path(corpus_dir or config.corpus_dir)
     if eval_config is None:
-        eval_config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(eval_schema()),
-                                                          resolved.eval))
+        try:
+            eval_config = OmegaConf.to_object(OmegaConf.merge(
+                OmegaConf.structured(eval_schema()), config.eval))
+        except OmegaConfBaseException as exc:
+            raise TrainError(f"{config.path}: eval: {' '.join(str(exc).split())}") from None
     task_names = list(task_names or eval_config.tasks)
-    known = tasks()
     for name in task_names:
-        if name not in known:
+        if name not in tasks():
             raise TrainError(f"--task {name}: unknown evaluation task; known: "
-                             f"{', '.join(sorted(known))}")
+                             f"{', '.join(sorted(tasks()))}")
+    with run_lock(run_dir, "physlm eval"):  # one writer of the run directory at a time
+        return _evaluate(run_dir, config, task_names, eval_config, corpus_dir)
+
+
+def _evaluate(run_dir: Path, config: RunConfig, task_names: list[str], eval_config: Any,
+              corpus_dir: Path) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, meta = load_model(run_dir, device)
     manifest = read_manifest(corpus_dir)
@@ -57,24 +110,51 @@ def evaluate(run_dir: Path, task_names: list[str] | None = None,
                          "trained with")
     context = EvalContext(model, Tokenizer.load(corpus_dir / "tokenizer.model"), corpus_dir,
                           run_dir, device)
-    out = run_dir / "eval"
+    out = run_dir / EVAL
     out.mkdir(exist_ok=True)
-    wandb = resolved.train.wandb  # the training run's W&B run continues (its id file)
-    tracker = Tracker(run_dir, resolved.name, {}, wandb.mode, wandb.project, wandb.entity,
-                      group=wandb.get("group"), tags=list(wandb.get("tags") or []))
-    results = {}
-    for name in task_names:
-        task = known[name]
-        options = getattr(eval_config, name)
-        result = {"step": meta["step"], "run": resolved.name, **task.run(context, options)}
-        atomic_write(out / f"{name}.json", (json.dumps(result, indent=1) + "\n").encode())
-        tracker.summary(_flatten(f"eval/{name}", result))
-        if task.plot is not None:
-            task.plot(result, out / f"{name}.png")
-            tracker.log_image(f"eval/{name}", out / f"{name}.png")
-        results[name] = result
-    tracker.finish()
+    for stale in out.glob(f".*{STAGING}*"):  # a killed evaluation's; the lock says it is gone
+        shutil.rmtree(stale, ignore_errors=True)
+    head = {"step": meta["step"], "run": run_label(run_dir)}
+    known, results = tasks(), {}
+    tracker = None  # started with the first result: a failed evaluation leaves no W&B run
+    try:
+        for name in task_names:
+            results[name] = _run_task(known[name], context, getattr(eval_config, name), head,
+                                      out)
+            # the training run's W&B run continues (its id file)
+            tracker = tracker or Tracker(run_dir, config.name, {}, **config.tracking)
+            tracker.summary(_flatten(f"eval/{name}", results[name]))
+            if known[name].plot is not None:
+                tracker.log_image(f"eval/{name}", out / f"{name}.png")
+    finally:
+        if tracker is not None:
+            tracker.finish()
     return results
+
+
+def _run_task(task: Task, context: EvalContext, options: Any, head: dict, out: Path) -> dict:
+    """Run `task`; its files (results, plot, generations) go to a staging directory in `out`
+    and move into `out` only once all of them are whole: a task that fails, or a disk that
+    fills, leaves the previous results as they were."""
+    results = out / f"{task.name}.json"
+    kept = "the previous results are kept"
+    try:
+        staged = Path(tempfile.mkdtemp(prefix=f".{task.name}{STAGING}", dir=out))
+    except OSError as exc:
+        raise write_error(results, exc, kept) from None
+    try:
+        result = {**head, **task.run(replace(context, out=staged), options)}
+        try:
+            (staged / results.name).write_text(json.dumps(result, indent=1) + "\n")
+            if task.plot is not None:
+                task.plot(result, staged / f"{task.name}.png")
+            for path in sorted(staged.iterdir()):
+                os.replace(path, out / path.name)
+        except OSError as exc:
+            raise write_error(results, exc, kept) from None
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return result
 
 
 def _flatten(prefix: str, value) -> dict:
