@@ -12,8 +12,10 @@ A metric is named by its path in the task's JSON (`qa/test/exact`, `igsm/igsm_op
 - the counts table holds the whole numbers outside the slices (`n`, `too_long`, failure counts);
 - `metrics.csv` holds every number of every run, slices too, one line each, at full precision.
 
-The papers' numbers (`data/paper_numbers.yaml`) appear beside a run's metric only where the
-run's config matches the paper's setting.
+A rate measured over nothing (null in the JSON, or beside a count of 0: an empty split) is "no
+data" in the tables and blank in the CSV, never 0. The papers' numbers (`data/paper_numbers.yaml`,
+each with its paper, section and setting) appear beside a run's metric only where the run's
+config matches the paper's setting.
 """
 
 import csv
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 PAPER_NUMBERS = Path(__file__).parent / "data" / "paper_numbers.yaml"
 REPORT_FILES = {"report.md", "metrics.csv", "loss.png", "plots"}  # what a report directory holds
 BOOKKEEPING = ("step", "run")  # top-level keys of an eval JSON that are not metrics
+NO_DATA = "no data"  # a rate measured over nothing
 CSV_COLUMNS = ("run", "experiment", "metric", "ours", "paper", "paper_setting", "paper_source",
                "step")
 
@@ -47,7 +50,7 @@ class Run:
     label: str  # its column in the tables
     config: dict
     log: list[dict]  # metrics.jsonl
-    metrics: dict[str, float | int] = field(default_factory=dict)
+    metrics: dict[str, float | int | None] = field(default_factory=dict)  # None: no data
     steps: dict[str, int | None] = field(default_factory=dict)  # metric -> step it was measured
     evaluated: dict[str, int | None] = field(default_factory=dict)  # task -> checkpoint step
     plots: dict[str, Path] = field(default_factory=dict)  # task -> its eval/<task>.png
@@ -76,15 +79,16 @@ def lookup(config: dict, dotted: str) -> object:
     return value
 
 
-def flatten(value: object, prefix: str) -> dict[str, float | int]:
-    """The numeric leaves of an eval result, keyed by their path below `prefix`."""
+def flatten(value: object, prefix: str) -> dict[str, float | int | None]:
+    """The numeric and null (no data) leaves of an eval result, keyed by their path below
+    `prefix`."""
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
         items = enumerate(value)
     else:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return {prefix: value} if number else {}
+        return {prefix: value} if number or value is None else {}
     return {k: v for key, item in items for k, v in flatten(item, f"{prefix}/{key}").items()}
 
 
@@ -93,12 +97,24 @@ def in_slice(metric: str) -> bool:
     return any(part.startswith("per_") or part.isdigit() for part in metric.split("/")[1:])
 
 
-def is_headline(metric: str, value: float | int) -> bool:
-    return isinstance(value, float) and not in_slice(metric)
+def is_headline(metric: str, value: float | int | None) -> bool:
+    """A rate (no data counts as one) outside the slices."""
+    return isinstance(value, float | None) and not in_slice(metric)
 
 
-def is_count(metric: str, value: float | int) -> bool:
+def is_count(metric: str, value: float | int | None) -> bool:
     return isinstance(value, int) and not in_slice(metric)
+
+
+def with_no_data(metrics: dict[str, float | int | None]) -> dict[str, float | int | None]:
+    """`metrics` with None (no data) for each rate measured over nothing: beside a count of 0,
+    its sibling `n` or, for `forward_exact`, `forward_n`."""
+    def count(metric: str) -> object:
+        parent, leaf = metric.rsplit("/", 1)
+        return metrics.get(f"{parent}/{leaf.split('_')[0]}_n", metrics.get(f"{parent}/n"))
+
+    return {metric: None if isinstance(value, float) and count(metric) == 0 else value
+            for metric, value in metrics.items()}
 
 
 def read_paper_numbers(path: Path = PAPER_NUMBERS) -> list[PaperNumber]:
@@ -124,7 +140,8 @@ def read_run(path: Path, label: str) -> Run:
         result = _read_json(result_path)
         task = result_path.stem
         run.evaluated[task] = result.get("step")
-        found = flatten({k: v for k, v in result.items() if k not in BOOKKEEPING}, task)
+        found = with_no_data(flatten({k: v for k, v in result.items()
+                                      if k not in BOOKKEEPING}, task))
         run.metrics.update(found)
         run.steps.update(dict.fromkeys(found, run.evaluated[task]))
         if result_path.with_suffix(".png").is_file():
@@ -171,7 +188,7 @@ def paper_beside(runs: list[Run], papers: list[PaperNumber]) -> dict[tuple[str, 
     beside = {}
     for run in runs:
         for paper in papers:
-            if paper.metric in run.metrics and paper.applies(run.config):
+            if run.metrics.get(paper.metric) is not None and paper.applies(run.config):
                 beside.setdefault((run.label, paper.metric), paper)
     return beside
 
@@ -189,16 +206,20 @@ def metric_table(runs: list[Run], keep: Callable[[str, float | int], bool],
     for metric in metrics:
         cells = []
         for run in runs:
-            value = run.metrics.get(metric)
-            cell = "" if value is None else _format(value)
+            cell = format_metric(run.metrics, metric, "")
             paper = beside.get((run.label, metric))
             cells.append(f"{cell} (paper {paper.value:g})" if paper else cell)
         lines.append(f"| {metric} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
-def _format(value: float | int) -> str:
-    return str(value) if isinstance(value, int) else f"{value:.3f}"
+def format_metric(metrics: dict[str, float | int | None], metric: str, missing: str) -> str:
+    """A table cell: the value, "no data" for a rate over nothing, `missing` where the run
+    lacks the metric."""
+    if metric not in metrics:
+        return missing
+    value = metrics[metric]
+    return NO_DATA if value is None else str(value) if isinstance(value, int) else f"{value:.3f}"
 
 
 def metrics_csv(runs: list[Run], beside: dict[tuple[str, str], PaperNumber]) -> str:
@@ -210,15 +231,15 @@ def metrics_csv(runs: list[Run], beside: dict[tuple[str, str], PaperNumber]) -> 
         for metric, value in run.metrics.items():
             paper = beside.get((run.label, metric))
             step = run.steps[metric]
-            writer.writerow([run.label, run.config.get("name", ""), metric, value,
+            writer.writerow([run.label, run.config.get("name", ""), metric, value,  # None: ""
                              *((paper.value, paper.setting, paper.source) if paper else
                                ("", "", "")), "" if step is None else step])
     return out.getvalue()
 
 
 def loss_figure(runs: list[Run]) -> "Figure":
-    """Training loss against tokens (steps where a log lacks them), one line per run; eval loss
-    dashed in the run's colour where it was logged."""
+    """Training loss against tokens (steps where a log lacks them) on a log axis, one line per
+    run; eval loss dashed in the run's colour where it was logged."""
     from matplotlib.figure import Figure
 
     x = "tokens" if all("tokens" in line for run in runs for line in run.log) else "step"
@@ -231,7 +252,8 @@ def loss_figure(runs: list[Run]) -> "Figure":
                 ax.plot([line[x] for line in logged], [line[key] for line in logged], style,
                         color=f"C{i % 10}", label=f"{run.label}{suffix}")
     ax.set_xlabel(x)
-    ax.set_ylabel("loss")
+    ax.set_yscale("log")  # the early drop and the late creep both show
+    ax.set_ylabel("loss (log scale)")
     ax.set_title("training loss")
     ax.grid(alpha=0.3)
     if ax.lines:

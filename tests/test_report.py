@@ -22,6 +22,7 @@ from launch.report import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+GPT2_SMALL = {"n_layer": 12, "d_model": 768}  # the papers' iGSM model's shape
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -118,10 +119,14 @@ def test_paper_numbers_sit_beside_the_matching_metric_of_the_matching_run_only(t
         papers = {(line["run"], line["metric"]): (line["paper"], line["paper_source"])
                   for line in csv.DictReader(f) if line["paper"]}
     assert papers == {
-        ("single", "qa/test/exact"): ("0.866", "Part 3.1, knowledge storage and extraction"),
-        ("single", "reversal/test/inverse_full_name"): ("0.0", "Part 3.2, knowledge manipulation")}
+        ("single", "qa/test/exact"): (
+            "0.866", "Part 3.1 (arXiv:2309.14316), Result 1: mixed training => knowledge "
+                     "extraction"),
+        ("single", "reversal/test/inverse_full_name"): (
+            "0.0", "Part 3.2 (arXiv:2309.14402): knowledge inverse search")}
     markdown = (tmp_path / "report" / "report.md").read_text()
-    assert "- qa/test/exact = 0.866 beside single: bioS single, mixed training" in markdown
+    assert ("- qa/test/exact = 0.866 beside single: bioS single (one biography each), mixed "
+            "training from scratch") in markdown
 
 
 @pytest.mark.parametrize("config, metric, paper", [
@@ -133,14 +138,16 @@ def test_paper_numbers_sit_beside_the_matching_metric_of_the_matching_run_only(t
     (_config("p31_celebrity-without", "single"), "qa/test/exact", 0.044),
     (_config("bio_r_single_mix", "single", style="r"), "qa/test/exact", None),
     ({"name": "no_corpus_group", "corpus": None, "train": {}}, "qa/test/exact", None),
-    ({"name": "p21", "corpus": {"difficulty": "med", "retry_rate": 0.0}},
+    ({"name": "p21", "corpus": {"difficulty": "med", "retry_rate": 0.0}, "model": GPT2_SMALL},
      "igsm/igsm_op23/solution", 0.78),
-    ({"name": "p22", "corpus": {"difficulty": "med", "retry_rate": 0.5}},
+    ({"name": "p22", "corpus": {"difficulty": "med", "retry_rate": 0.5}, "model": GPT2_SMALL},
      "igsm/igsm_op23/solution", 0.95),
-    ({"name": "p21h", "corpus": {"difficulty": "hard", "retry_rate": 0.0}},
+    ({"name": "p21h", "corpus": {"difficulty": "hard", "retry_rate": 0.0}, "model": GPT2_SMALL},
      "igsm/igsm_op32/solution", 0.84),
-    ({"name": "p21", "corpus": {"difficulty": "med", "retry_rate": 0.2}},
+    ({"name": "p21", "corpus": {"difficulty": "med", "retry_rate": 0.2}, "model": GPT2_SMALL},
      "igsm/igsm_op23/solution", None),
+    ({"name": "deep", "corpus": {"difficulty": "med", "retry_rate": 0.0},
+      "model": {"n_layer": 20, "d_model": 576}}, "igsm/igsm_op23/solution", None),
 ])
 def test_the_paper_number_shown_is_the_one_of_the_runs_setting(tmp_path, config, metric, paper):
     run = read_run(make_run(tmp_path, "r", config, {metric.split("/")[0]: {}}), "r")
@@ -304,3 +311,37 @@ def test_flatten_keeps_numbers_at_any_depth_and_skips_text_and_flags():
         "igsm/in_distribution/failures/truncated": 2,
         "igsm/in_distribution/per_op/3/solution": 1.0,
         "igsm/layers/0": 0.25, "igsm/layers/1": 0.75}
+
+
+def test_an_empty_split_reads_no_data_in_the_table_and_blank_in_the_csv_not_zero(tmp_path):
+    # as scoring used to write it (0.0 over n = 0), and as it writes it now (null)
+    old = {**QA, "test": {**_split(0.0, 0.0, 0), "per_attribute": {}}}
+    new = {**QA, "test": {"exact": None, "first_token": None, "exact_chance": None,
+                          "first_token_chance": None, "n": 0, "too_long": 0,
+                          "per_attribute": {}}}
+    runs = [make_run(tmp_path, name, _config("p31_bios_s_single_mix", "single"), {"qa": qa})
+            for name, qa in (("old", old), ("new", new))]
+    rows = _rows(report(runs, tmp_path / "report"))
+    assert rows["qa/test/exact"] == ["no data", "no data"]  # and no paper number beside it
+    assert rows["qa/test/first_token"] == ["no data", "no data"]
+    assert rows["qa/train/exact"] == ["0.950", "0.950"]
+    with open(tmp_path / "report" / "metrics.csv") as f:
+        ours = {(line["run"], line["metric"]): line["ours"] for line in csv.DictReader(f)}
+    assert ours[("old", "qa/test/exact")] == ours[("new", "qa/test/exact")] == ""
+    assert ours[("new", "qa/test/n")] == "0"
+
+
+def test_the_loss_axis_is_logarithmic(tmp_path):
+    run = read_run(make_run(tmp_path, "r", _config("a"), {"qa": QA}), "r")
+    ax = loss_figure([run]).axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylabel() == "loss (log scale)"
+
+
+def test_the_table_eval_prints_says_no_data_for_an_empty_split():
+    from launch.cli import _summary_table
+
+    result = {"step": 5, "test": {"exact": None, "first_token": None, "n": 0},
+              "train": {"exact": 0.0, "first_token": 0.0, "n": 0}}  # as scoring used to write it
+    assert _summary_table("qa", result).splitlines()[4:] == [
+        "| test | exact | no data |", "| test | first_token | no data |",
+        "| train | exact | no data |", "| train | first_token | no data |"]

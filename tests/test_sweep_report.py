@@ -214,3 +214,68 @@ def test_a_second_report_replaces_the_first_and_other_directories_are_refused(tm
     assert _table(sweep_report(root, root / "report"), "Runs")[1][3] == "0.000"
     with pytest.raises(TrainError, match="exists and is not a physlm report"):
         sweep_report(root, root / "n_layer-2.pos-rope.seed-0")
+
+
+def _rewrite_qa(run_dir: Path, **test: object) -> None:
+    """Replace keys of the run's qa.json test split (its n, chance, ...)."""
+    path = run_dir / "eval" / "qa.json"
+    result = json.loads(path.read_text())
+    result["test"].update(test)
+    path.write_text(json.dumps(result))
+
+
+def test_an_accuracy_of_zero_everywhere_is_drawn_on_zero_to_one_with_its_chance(tmp_path):
+    shapes = ["L8_d128", "L2_d512"]
+    root = make_sweep(tmp_path / "sweep", ["shape"], [({"shape": s}, 0.0) for s in shapes])
+    for shape in shapes:
+        _rewrite_qa(root / f"shape-{shape}", exact_chance=0.125)
+    sweep = read_sweep(root)
+    ax = metric_figure(sweep, "qa/test/exact").axes[0]
+    assert ax.get_ylim() == (-0.02, 1.02)  # not -0.04..0.04 around invisible bars
+    chance = [line for line in ax.lines if line.get_label() == "chance 0.125"]
+    assert len(chance) == 1 and list(chance[0].get_ydata()) == [0.125, 0.125]
+    assert [t.get_text() for t in ax.texts] == ["0.00", "0.00"]  # each bar's value written
+    assert "qa/test/exact_chance" not in [m for m in sweep_report(root, tmp_path / "out")
+                                          .split("## Plots", 1)[1].split("](")[0::2]]
+    assert not (tmp_path / "out" / "plots" / "qa-test-exact_chance.png").exists()
+    loss = metric_figure(sweep, "train/loss").axes[0]
+    assert loss.get_ylim() != (-0.02, 1.02)  # a loss is not a rate
+
+
+def test_chances_that_differ_between_runs_are_drawn_per_bar(tmp_path):
+    root = make_sweep(tmp_path / "sweep", ["variant"], [({"variant": v}, 0.5)
+                                                        for v in ("single", "multi")])
+    _rewrite_qa(root / "variant-single", first_token=0.5, first_token_chance=0.385)
+    _rewrite_qa(root / "variant-multi", first_token=0.5, first_token_chance=0.25)
+    ax = metric_figure(read_sweep(root), "qa/test/first_token").axes[0]
+    dashed = [c for c in ax.collections if c.get_linestyle() != [(0, None)]]  # not error bars
+    ticks = [segment[0][1] for c in dashed for segment in c.get_segments()]
+    assert sorted(ticks) == [0.25, 0.385]
+
+
+def test_one_seed_is_said_to_have_no_spread(tmp_path):
+    points = [({"pos": p, "seed": 0}, v) for p, v in (("rope", 0.4), ("learned", 0.2))]
+    root = make_sweep(tmp_path / "sweep", ["pos", "seed"], points)
+    ax = metric_figure(read_sweep(root), "qa/test/exact").axes[0]
+    assert ax.get_title() == "qa/test/exact (one seed, no spread)"
+    markdown = sweep_report(root, tmp_path / "out")
+    assert "One seed: its value alone, no spread; n: runs read" in markdown
+    assert metric_figure(read_sweep(grid(tmp_path / "two")), "qa/test/exact").axes[0] \
+        .get_title() == "qa/test/exact (mean ± std over 2 seeds)"
+
+
+def test_an_empty_split_reads_no_data_in_the_tables_and_the_plot_not_zero(tmp_path):
+    root = make_sweep(tmp_path / "sweep", ["pos", "seed"],
+                      [({"pos": p, "seed": s}, 0.5) for p in ("rope", "learned") for s in (0, 1)])
+    for seed in (0, 1):  # evaluated on an empty test split: 0 questions
+        _rewrite_qa(root / f"pos-learned.seed-{seed}", exact=0.0, n=0)
+    markdown = sweep_report(root, tmp_path / "out")
+    runs = {row[-1].split("]")[0][1:]: row[2] for row in _table(markdown, "Runs")[1:]}
+    assert runs == {"pos-rope.seed-0": "0.500", "pos-rope.seed-1": "0.500",
+                    "pos-learned.seed-0": "no data", "pos-learned.seed-1": "no data"}
+    seeds = {row[0]: row[2] for row in _table(markdown, "Seeds averaged")[1:]}
+    assert seeds == {"rope": "0.500 ± 0.000", "learned": "no data"}
+    ax = metric_figure(read_sweep(root), "qa/test/exact").axes[0]
+    assert "no data" in [t.get_text() for t in ax.texts]
+    bars = [bar.get_height() for c in ax.containers if isinstance(c, BarContainer) for bar in c]
+    assert bars == [0.5]  # the learned setting has no bar, not a bar of 0
