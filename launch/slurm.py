@@ -12,8 +12,9 @@ What is done is decided from files (manifest, progress records, checkpoints, eva
 submitting again submits only what is missing, which is what failed.
 
 The scripts are rendered from the templates in slurm/ into `<root>/slurm/` (logs in
-`<root>/slurm/logs/`); each job submitted is recorded in `<root>/slurm/jobs.json`, which
-`launch.slurm_status` reads, with squeue and sacct, for `physlm status`.
+`<root>/slurm/logs/`); each job submitted is recorded in `<root>/slurm/jobs.json`, and each job
+records its own start and end in `<root>/slurm/records/`, which `launch.slurm_status` reads,
+with squeue and sacct, for `physlm status`.
 """
 
 import json
@@ -40,7 +41,7 @@ from corpus_gen.core.registry import get_family
 from launch.experiment import corpus_finished
 from launch.local import PACKAGE_ROOT
 from launch.plan import CorpusJob, Plan, RunJob, write_plan
-from launch.slurm_status import JOBS, read_jobs, squeue
+from launch.slurm_status import JOBS, LOGS, RECORDS, job_name, query, read_jobs, squeue
 from launch.status import evaluated, trained
 from trainer.errors import TrainError
 
@@ -67,6 +68,11 @@ class SlurmConfig:
     # (one GPU) gets the CPUs of one process
     cpus_per_task: int | None = None
     mem: str | None = None  # --mem (per node) of train jobs, e.g. 200G
+    # --mem of each generation job and each evaluation job (unset: an eval job gets its GPU's
+    # share of `mem`). Unset, a job gets the cluster's default, which is a whole node's memory
+    # where the cluster sets no DefMemPerCPU
+    gen_mem: str | None = None
+    eval_mem: str | None = None
     time: str = "24:00:00"  # train jobs' time limit; a longer run requeues from its checkpoint
     gen_time: str = "04:00:00"  # each corpus generation job's time limit
     eval_time: str = "02:00:00"  # each evaluation job's time limit
@@ -95,13 +101,16 @@ class SlurmConfig:
         for key in ("time", "gen_time", "eval_time"):
             require(bool(_TIME.fullmatch(getattr(self, key))), key, getattr(self, key),
                     "must be a Slurm time: MINUTES, HH:MM:SS or D-HH:MM:SS")
-        require(self.mem is None or bool(_MEM.fullmatch(self.mem)), "mem", self.mem,
-                "must be a Slurm size: a whole number of megabytes, or with K, M, G or T")
+        for key in ("mem", "gen_mem", "eval_mem"):
+            value = getattr(self, key)
+            require(value is None or bool(_MEM.fullmatch(value)), key, value,
+                    "must be a Slurm size: a whole number of megabytes, or with K, M, G or T")
         # USR1 at or before the start would stop (and requeue) every job as it begins
         require(self.signal_seconds < slurm_seconds(self.time), "signal_seconds",
                 self.signal_seconds, f"must be less than the time limit (time={self.time})")
         # an #SBATCH option's value is one word
-        for key in ("partition", "cpu_partition", "account", "qos", "constraint", "mem"):
+        for key in ("partition", "cpu_partition", "account", "qos", "constraint", "mem",
+                    "gen_mem", "eval_mem"):
             value = getattr(self, key)
             require(value is None or (value != "" and len(value.split()) == 1), key, value,
                     "must be one word (or unset)")
@@ -213,8 +222,10 @@ def submit(plan: Plan, slurm: SlurmConfig, dry_run: bool,
     directory = (plan.root / "slurm").resolve()
     if not dry_run:
         _refuse_queued(directory / JOBS)
+        _refuse_cpus_no_node_has(slurm)
     write_plan(plan)
-    (directory / "logs").mkdir(parents=True, exist_ok=True)  # sbatch does not create it
+    for folder in (LOGS, RECORDS):  # sbatch does not create the logs' folder
+        (directory / folder).mkdir(parents=True, exist_ok=True)
     jobs = _jobs(_Context(plan, slurm, directory, Path.cwd(), log))
     if not jobs:
         log("slurm  | nothing to submit: every corpus, training and evaluation is done")
@@ -227,7 +238,8 @@ def submit(plan: Plan, slurm: SlurmConfig, dry_run: bool,
         if dry_run:
             log(" ".join(["sbatch", *options, shlex.quote(str(job.script))]))
             continue
-        job.job_id = _sbatch([sbatch, *options, str(job.script)], job, jobs, directory / JOBS)
+        job.job_id = _sbatch([sbatch, *options, str(job.script)], job, jobs, directory / JOBS,
+                             slurm)
         _record(directory / JOBS, job)
         log(f"slurm  | job {job.job_id}: {job.label}"
             + (f" (after {dependency})" if dependency else ""))
@@ -295,7 +307,7 @@ def _gen_job(ctx: _Context, corpus: CorpusJob, kind: str, after: list[Submission
              tasks: list[int] | None = None) -> Submission:
     slurm = ctx.slurm
     own = ["--nodes=1", "--ntasks=1", f"--cpus-per-task={slurm.gen_cpus}",
-           f"--time={slurm.gen_time}"]
+           *([f"--mem={slurm.gen_mem}"] if slurm.gen_mem else []), f"--time={slurm.gen_time}"]
     values = dict(_common(ctx), corpus=corpus.name, workers=str(slurm.gen_cpus),
                   config_file=_quoted(corpus.config_file), out=_quoted(corpus.out),
                   sbatch=_sbatch_lines(ctx, kind, corpus.name, own, tasks))
@@ -351,10 +363,11 @@ def _run_jobs(ctx: _Context, manifests: dict[str, Submission]) -> list[Submissio
 def _train_job(ctx: _Context, name: str, runs: list[RunJob], runs_file: Path,
                after: list[Submission]) -> Submission:
     for run in runs:
-        if run.experiment.train.resume != "auto":
+        if run.experiment.train.resume not in ("auto", "reschedule"):
             raise TrainError(f"run {run.name}: train.resume={run.experiment.train.resume}, but "
                              "a requeued job must continue its checkpoint: physlm submit needs "
-                             "train.resume=auto (delete the run directory to start it over)")
+                             "train.resume=auto or reschedule (delete the run directory to "
+                             "start it over)")
     slurm = ctx.slurm
     processes = max(slurm.gpus_per_node, 1)
     tasks = 1 if slurm.launcher == "torchrun" else processes
@@ -394,18 +407,34 @@ def _eval_jobs(ctx: _Context, name: str, runs: list[RunJob], runs_file: Path,
     if not indices:
         return []
     slurm = ctx.slurm
-    # one GPU and the CPUs of one training process; memory: the cluster's default for them
+    # one GPU, the CPUs of one training process and its memory
     processes = max(slurm.gpus_per_node, 1) if slurm.launcher == "torchrun" else 1
     cpus = [f"--cpus-per-task={max(slurm.cpus_per_task // processes, 1)}"] \
         if slurm.cpus_per_task else []
+    mem = _eval_mem(slurm)
     own = ["--nodes=1", "--ntasks=1", *_gpus(min(slurm.gpus_per_node, 1)), *cpus,
-           f"--time={slurm.eval_time}"]
+           *([f"--mem={mem}"] if mem else []), f"--time={slurm.eval_time}"]
     text = templates.render(
         "eval.sh", **_common(ctx), title=_title([runs[i] for i in indices]),
         runs_file=_quoted(runs_file), sbatch=_sbatch_lines(ctx, "eval", name, own, indices))
     return [Submission("eval", name, _write(ctx, "eval", name, text), [train] if train else [],
                        dependency_type="aftercorr", array=indices,
                        runs=[runs[i].name for i in indices])]
+
+
+def _eval_mem(slurm: SlurmConfig) -> str | None:
+    """An eval job's --mem: eval_mem, else its GPU's share of a training node's mem (0, all of
+    the node's memory, stays the cluster's default)."""
+    if slurm.eval_mem or not slurm.mem or megabytes(slurm.mem) == 0:
+        return slurm.eval_mem
+    return f"{max(megabytes(slurm.mem) // max(slurm.gpus_per_node, 1), 1)}M"
+
+
+def megabytes(size: str) -> int:
+    """A Slurm size (`200G`, `512`: megabytes) in megabytes."""
+    scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}
+    unit = size[-1] if size[-1] in scale else "M"
+    return int(int(size.rstrip("KMGT")) * scale[unit])
 
 
 def _gpus(count: int) -> list[str]:
@@ -429,6 +458,7 @@ def _runs_file(ctx: _Context, kind: str, name: str, runs: list[RunJob]) -> Path:
 def _common(ctx: _Context) -> dict[str, str]:
     """The placeholders every template has."""
     return {"plan": ctx.plan.name, "workdir": _quoted(ctx.workdir),
+            "records": _quoted(ctx.directory / RECORDS),
             "pythonpath": _pythonpath(),
             "setup": "\n".join(ctx.slurm.setup), "python": ctx.slurm.python}
 
@@ -448,7 +478,7 @@ def _sbatch_lines(ctx: _Context, kind: str, name: str, own: list[str],
     the array, then the config's extra lines."""
     slurm = ctx.slurm
     log = "%x-%A_%a.out" if array is not None else "%x-%j.out"
-    options = [f"--job-name=physlm-{kind}-{name}", f"--output={ctx.directory / 'logs' / log}"]
+    options = [f"--job-name={job_name(kind, name)}", f"--output={ctx.directory / LOGS / log}"]
     cluster = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
                "constraint": slurm.constraint}
     if kind.startswith("gen-") and slurm.cpu_partition:  # CPU work, on CPU nodes
@@ -484,12 +514,48 @@ def _quoted(path: Path) -> str:
     return shlex.quote(str(path.resolve()))
 
 
-def _sbatch(command: list[str], job: Submission, jobs: list[Submission], record: Path) -> str:
+def _refuse_cpus_no_node_has(slurm: SlurmConfig) -> None:
+    """Refuse, before submitting anything, a job's CPUs beyond the largest node of its partition
+    as sinfo tells them (where it answers; sbatch would refuse that job, after the ones before)."""
+    asked = [("gen_cpus", slurm.gen_cpus, slurm.cpu_partition or slurm.partition),
+             ("cpus_per_task", slurm.cpus_per_task, slurm.partition)]
+    for key, cpus, partition in asked:
+        if not cpus:
+            continue
+        out = query(["sinfo", "--noheader", "--Node", "--format=%c",
+                     *([f"--partition={partition}"] if partition else [])])
+        counts = [int(word) for word in (out or "").split() if word.isdigit()]
+        if counts and cpus > max(counts):
+            where = f"partition {partition}" if partition else "the cluster"
+            raise ConfigError(f"slurm.{key}", cpus, f"more than the {max(counts)} CPUs of the "
+                              f"largest node of {where} (sinfo); sbatch would refuse the job")
+
+
+# the keys a job's resources come from, by what sbatch says no node has: CPUs, memory, other
+_RESOURCE_KEYS = {"gen": (["gen_cpus"], ["gen_mem"], []),
+                  "train": (["cpus_per_task"], ["mem"], ["nodes", "gpus_per_node"]),
+                  "eval": (["cpus_per_task"], ["eval_mem", "mem"], ["gpus_per_node"])}
+
+
+def _no_node_has(failure: str, job: Submission, slurm: SlurmConfig) -> str:
+    """sbatch's refusal of a job no node can hold, as the slurm keys that ask too much."""
+    if "Requested node configuration is not available" not in failure:
+        return failure
+    cpus, mem, other = _RESOURCE_KEYS[job.kind.split("-")[0]]
+    keys = cpus if "CPU count" in failure else mem if "Memory specification" in failure \
+        else cpus + mem + other
+    named = ", ".join(f"slurm.{key}={getattr(slurm, key)}" for key in keys)
+    return (f"no node of its partition has what it asks for: {named} (sbatch: Requested node "
+            "configuration is not available)")
+
+
+def _sbatch(command: list[str], job: Submission, jobs: list[Submission], record: Path,
+            slurm: SlurmConfig) -> str:
     """Submit one script; its job id (sbatch --parsable prints `ID` or `ID;CLUSTER`)."""
     try:
         done = subprocess.run(command, capture_output=True, text=True)
-        failure = None if done.returncode == 0 else " ".join(
-            (done.stderr or done.stdout).split()) or f"exit code {done.returncode}"
+        failure = None if done.returncode == 0 else _no_node_has(" ".join(
+            (done.stderr or done.stdout).split()) or f"exit code {done.returncode}", job, slurm)
     except OSError as exc:
         failure = str(exc)
     job_id = "" if failure else done.stdout.strip().split(";")[0]
@@ -513,6 +579,7 @@ def _record(path: Path, job: Submission) -> None:
         "dependency": job.dependency(), "after": [j.job_id for j in job.after],
         "array": job.array, "runs": job.runs, "shards": job.shards, "corpus": job.corpus,
         "submitted": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "records": True,  # its script records its start and end (slurm_status reads them)
     })
     atomic_write(path, (json.dumps({"jobs": records}, indent=1) + "\n").encode())
 
@@ -520,7 +587,7 @@ def _record(path: Path, job: Submission) -> None:
 def _refuse_queued(path: Path) -> None:
     """Refuse to submit while jobs recorded for this plan are still queued or running: their
     runs would be trained twice, in one run directory."""
-    queued = {key.split("_")[0] for key, (_, reason) in squeue().items()
+    queued = {key.split("_")[0] for key, (_, reason) in (squeue() or {}).items()
               if reason != "DependencyNeverSatisfied"}  # never to run: no obstacle
     waiting = [record for record in read_jobs(path) if record["id"] in queued]
     if waiting:

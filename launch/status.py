@@ -1,10 +1,12 @@
 """`physlm status`: each run's state, read from its directory and, where it ran under Slurm,
-from squeue/sacct: pending, running, done, or failed with the last error line.
+from its jobs (launch.slurm_status): pending, running, needs eval (trained, not evaluated),
+eval failed, done, or failed with the last error line.
 
 A run is done when its latest checkpoint is at train.max_steps and every task of eval.tasks
-was evaluated at that step; the step and loss so far come from `metrics.jsonl`. The local
-executor leaves `job.json` in the run directory (its process, stage and exit code) and the
-jobs' output in `log.txt`.
+was evaluated at that step; the step and loss come from `metrics.jsonl`: the last logged while
+it trains, the checkpoint's (where it resumes) while it waits. The local executor leaves
+`job.json` in the run directory (its process, stage and exit code) and the jobs' output in
+`log.txt`.
 """
 
 import json
@@ -15,20 +17,25 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from corpus_gen.core.io import LOCK, lock_holder
+from launch.job_log import last_error
+from launch.local_process import is_job_process
 from launch.plan import RUN_RECORD, Plan, PlannedRun, find_root, planned_runs, read_plan
 from launch.slurm_status import slurm_states
 from trainer.errors import TrainError
 
 JOB = "job.json"  # the local executor's record of a run's job
 LOG = "log.txt"  # the output of a run's jobs, appended
-STATES = ("pending", "running", "done", "failed")
+STATES = ("pending", "running", "needs eval", "done", "eval failed", "failed")
+FAILED = ("failed", "eval failed")
 
 
 @dataclass
 class RunStatus:
     name: str
+    run: str  # the run directory: relative to the plan's root, or as given
     state: str  # one of STATES
-    step: int  # the last logged step (0: none yet)
+    step: int  # the last logged step while it trains, else its checkpoint's (0: none yet)
     max_steps: int
     loss: float | None
     detail: str  # the last error line, the Slurm state, a note
@@ -65,32 +72,20 @@ def run_finished(run_dir: Path, max_steps: int, tasks: list[str]) -> bool:
     return trained(run_dir, max_steps) and evaluated(run_dir, max_steps, tasks)
 
 
-def last_metrics(run_dir: Path) -> dict:
-    """The last line of metrics.jsonl ({} if none)."""
+def last_metrics(run_dir: Path, up_to: int | None = None) -> dict:
+    """The last line of metrics.jsonl, or the last of a step <= `up_to` ({} if none)."""
     try:
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     except OSError:
         return {}
     for line in reversed(lines):
         try:
-            return json.loads(line)
+            metrics = json.loads(line)
         except ValueError:  # a line being written
             continue
+        if up_to is None or int(metrics.get("step", 0)) <= up_to:
+            return metrics
     return {}
-
-
-def last_error(log: Path) -> str:
-    """The line that says why a job failed: physlm's one-line error, else the last line of a
-    traceback, else the last line."""
-    try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
-                 if line.strip()]
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        if line.startswith("physlm ") and ": error: " in line:
-            return line
-    return lines[-1] if lines else ""
 
 
 def read_job(run_dir: Path) -> dict:
@@ -109,34 +104,57 @@ def process_alive(job: dict) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, someone else's
-        return True
-    return True
+        pass
+    return is_job_process(job)  # not a later process given the same pid
 
 
-def run_status(run: PlannedRun, slurm: dict[str, tuple[str, str]]) -> RunStatus:
-    metrics = last_metrics(run.run_dir)
-    step, loss = int(metrics.get("step", 0)), metrics.get("loss")
+def saved(run_dir: Path) -> str:
+    """Where a resume of the run would start, in words."""
+    step = checkpoint_step(run_dir)
+    return f"checkpoint at step {step}" if step else "no checkpoint yet"
 
-    def status(state: str, detail: str = "") -> RunStatus:
-        return RunStatus(run.name, state, step, run.max_steps, loss, detail)
+
+def working(run_dir: Path, job: dict) -> str | None:
+    """What works in the run directory now: the local executor's job (`train (pid 12)`), or a
+    `physlm train`/`eval` holding the directory's lock (`physlm train (pid 12 on host, since
+    ...)`); None if nothing does."""
+    if job.get("state") == "running" and process_alive(job):
+        return f"{job.get('stage', '')} (pid {job['pid']})"
+    return lock_holder(run_dir / LOCK)
+
+
+def run_status(run: PlannedRun, shown: str, slurm: dict[str, tuple[str, str]]) -> RunStatus:
+    def status(state: str, detail: str = "", waiting: bool = False) -> RunStatus:
+        # a run waiting to go on resumes from its checkpoint, not from its last logged step
+        metrics = last_metrics(run.run_dir, checkpoint_step(run.run_dir) if waiting else None)
+        return RunStatus(run.name, shown, state, int(metrics.get("step", 0)), run.max_steps,
+                         metrics.get("loss"), detail)
 
     if run_finished(run.run_dir, run.max_steps, run.tasks):
         return status("done")
     job = read_job(run.run_dir)
-    if job.get("state") == "running" and process_alive(job):
-        return status("running", f"{job.get('stage', '')} (pid {job['pid']})")
-    if run.name in slurm:  # a submission after a local attempt: Slurm's word is the newer
-        state, detail = slurm[run.name]
-        if state == "failed":
-            detail = " ".join(filter(None, [detail, last_error(run.run_dir / LOG)]))
-        return status(state, detail)
+    now = working(run.run_dir, job)
+    if now:
+        return status("running", f"{now}; {saved(run.run_dir)}")
+    state, detail = slurm.get(run.name, ("done", ""))  # done: no job of it is in flight
+    if state == "requeued":
+        return status("pending", f"{detail}, resumes at step {checkpoint_step(run.run_dir)}",
+                      waiting=True)
+    if state != "done":  # a submission after a local attempt: Slurm's word is the newer
+        return status(state, detail, waiting=state in ("pending", "needs eval"))
     if job.get("state") == "failed":
-        return status("failed", job.get("error") or last_error(run.run_dir / LOG))
+        return status("eval failed" if job.get("stage") == "eval" else "failed",
+                      job.get("error") or last_error(run.run_dir / LOG))
     if job.get("state") == "stopped":
         return status("pending", f"stopped at step {checkpoint_step(run.run_dir)}; rerun "
-                                 "resumes")
-    if step:
-        return status("pending", f"checkpoint at step {checkpoint_step(run.run_dir)}")
+                                 "resumes", waiting=True)
+    if trained(run.run_dir, run.max_steps):
+        missing = [task for task in run.tasks
+                   if (evaluated_at(run.run_dir, task) or 0) < run.max_steps]
+        return status("needs eval", f"trained; not evaluated: {', '.join(missing)}",
+                      waiting=True)
+    if last_metrics(run.run_dir):
+        return status("pending", saved(run.run_dir), waiting=True)
     return status("pending", f"after {run.parent}" if run.parent else "")
 
 
@@ -162,14 +180,25 @@ def statuses(where: Path | Plan) -> list[RunStatus]:
     if not runs:
         raise TrainError(f"{root or where}: no runs")
     slurm = slurm_states(root) if root is not None else {}
-    return [run_status(run, slurm) for run in runs]
+    return [run_status(run, shown_dir(run.run_dir, root or where), slurm) for run in runs]
+
+
+def shown_dir(run_dir: Path, root: Path) -> str:
+    """The run column: the run directory relative to the plan's root, the root as given where
+    the run is the root itself (an experiment's plan, a lone run directory)."""
+    if run_dir == root:
+        return str(root)
+    try:
+        return str(run_dir.relative_to(root))
+    except ValueError:
+        return str(run_dir)
 
 
 def status_table(rows: list[RunStatus]) -> str:
     lines = ["| run | state | step | loss | detail |", "|---|---|---|---|---|"]
     for row in rows:
         loss = "" if row.loss is None else f"{row.loss:.4f}"
-        lines.append(f"| {row.name} | {row.state} | {row.step}/{row.max_steps} | {loss} | "
+        lines.append(f"| {row.run} | {row.state} | {row.step}/{row.max_steps} | {loss} | "
                      f"{row.detail} |")
     counts = {state: sum(row.state == state for row in rows) for state in STATES}
     lines.append("\n" + ", ".join(f"{n} {state}" for state, n in counts.items() if n))

@@ -41,11 +41,20 @@ while :; do
     [ "$status" = 138 ] && [ "$stop_requested" = 1 ] || break
 done
 
-# Stopped on request (the trap fired and the trainer did not finish): requeue. The exit code
-# alone cannot tell, since torchrun reports a worker that stopped on request as a failure (1).
-if [ "$stop_requested" = 1 ] && [ "$status" != 0 ]; then
+# A clean stop is recorded in RUN/stopped.json: under torchrun the workers then exit 0 (any other
+# code would be reported as a failure), under srun 75. Stopped on request (the trap fired and the
+# trainer did not finish): requeue; stopped otherwise (`touch RUN/.stop`): not done, exit 75.
+stopped=0
+if [ -f "$run_dir/stopped.json" ] && { [ "$status" = 0 ] || [ "$status" = 75 ]; }; then
+    stopped=1
+fi
+if [ "$stop_requested" = 1 ] && { [ "$stopped" = 1 ] || [ "$status" != 0 ]; }; then
     echo "physlm: stopped before the time limit with a checkpoint; requeueing job $SLURM_JOB_ID"
-    scontrol requeue "$SLURM_JOB_ID"
+    # recorded first: requeueing ends this script
+    end_recorded=1
+    record_event requeued
+    scontrol requeue "$SLURM_JOB_ID" || { end_recorded=0; exit 1; }
     exit 0
 fi
+[ "$stopped" = 1 ] && exit 75
 exit "$status"

@@ -210,7 +210,8 @@ def test_resources_from_each_layer_land_in_the_scripts(work):
     assert f"export PYTHONPATH={Path(__file__).resolve().parents[1]}" in train
     evaluation = sbatch_lines((plan.root / "slurm" / "eval-sw.sh").read_text())
     assert "--gpus-per-node=1" in evaluation and "--cpus-per-task=8" in evaluation
-    assert "--time=00:30:00" in evaluation and not any(o.startswith("--mem") for o in evaluation)
+    # and one GPU's share of the node's memory: 200G / 4
+    assert "--time=00:30:00" in evaluation and "--mem=51200M" in evaluation
     gen = sbatch_lines((plan.root / "slurm" / f"gen-array-{plan.corpora[0].name}.sh").read_text())
     assert "--cpus-per-task=4" in gen and "--time=04:00:00" in gen and "--array=0-4%2" in gen
 
@@ -231,6 +232,7 @@ def test_resources_from_each_layer_land_in_the_scripts(work):
      "command line: slurm.launcher='mpirun': must be torchrun or srun"),
     ("cli", "", ["slurm.gen_tasks=0"], "command line: slurm.gen_tasks=0: must be >= 1"),
     ("cli", "", ["slurm.mem=lots"], "command line: slurm.mem='lots': must be a Slurm size"),
+    ("file", "gen_mem: 2 GB\n", [], "cluster.yaml: slurm.gen_mem='2 GB': must be a Slurm size"),
     ("file", "time: '5'\nsignal_seconds: 300\n", [],
      "cluster.yaml: slurm.signal_seconds=300: must be less than the time limit (time=5)"),
 ])
@@ -273,6 +275,58 @@ def test_generation_jobs_go_to_the_cpu_partition_without_the_gpu_constraint(work
     train = sbatch_lines((plan.root / "slurm" / "train-sw.sh").read_text())
     assert "--partition=cpu" in gen and not any(o.startswith("--constraint") for o in gen)
     assert "--partition=gpu" in train and "--constraint=a100" in train
+
+
+def test_example_a100_generates_on_cpu_nodes_and_asks_every_job_for_memory(work):
+    plan, config = plan_and_config("sweep.yaml", slurm_file="example_a100")
+    submit(plan, config, dry_run=True, log=lambda _: None)
+    read = lambda name: sbatch_lines((plan.root / "slurm" / name).read_text())  # noqa: E731
+    for kind in ("gen-prepare", "gen-array", "gen-manifest"):
+        gen = read(f"{kind}-{plan.corpora[0].name}.sh")
+        assert "--partition=cpu" in gen and "--mem=32G" in gen and "--cpus-per-task=8" in gen
+        assert not any(o.startswith(("--constraint", "--gpus")) for o in gen)
+    assert "--partition=gpu" in read("train-sw.sh") and "--mem=480G" in read("train-sw.sh")
+    # one GPU of a node of 8: an eighth of the node's memory, unless eval_mem says otherwise
+    assert "--partition=gpu" in read("eval-sw.sh") and "--mem=61440M" in read("eval-sw.sh")
+    plan, config = plan_and_config("sweep.yaml", "eval_mem=100G", "gen_mem=4000",
+                                   slurm_file="example_a100")
+    submit(plan, config, dry_run=True, log=lambda _: None)
+    assert "--mem=100G" in read("eval-sw.sh")
+    assert "--mem=4000" in read(f"gen-array-{plan.corpora[0].name}.sh")
+
+
+def test_cpus_beyond_the_partitions_largest_node_are_refused_before_submitting(
+        work, fake_slurm):
+    (fake_slurm / "sinfo.txt").write_text("4\n8\n8\n")  # `sinfo --Node --format=%c`: per node
+    plan, config = plan_and_config("sweep.yaml", "cpu_partition=cpu", "gen_cpus=16")
+    with pytest.raises(ConfigError) as error:
+        submit(plan, config, dry_run=False, log=lambda _: None)
+    assert str(error.value) == ("slurm.gen_cpus=16: more than the 8 CPUs of the largest node of "
+                                "partition cpu (sinfo); sbatch would refuse the job")
+    assert "--partition=cpu" in (fake_slurm / "sinfo.log").read_text()
+    assert submitted(fake_slurm) == []
+    plan, config = plan_and_config("sweep.yaml", "gen_cpus=8", "cpus_per_task=9")
+    with pytest.raises(ConfigError, match=r"^slurm.cpus_per_task=9: more than the 8 CPUs of the "
+                                          "largest node of partition from_sweep"):
+        submit(plan, config, dry_run=False, log=lambda _: None)
+    plan, config = plan_and_config("sweep.yaml", "gen_cpus=8")
+    assert len(submit(plan, config, dry_run=False, log=lambda _: None)) == 5
+
+
+def test_sbatch_refusing_a_job_no_node_can_hold_names_the_slurm_key(work, fake_slurm,
+                                                                    monkeypatch):
+    # no sinfo to ask: sbatch's refusal, in physlm's words
+    monkeypatch.setenv("FAKE_SBATCH_REFUSE", "1")
+    monkeypatch.setenv("FAKE_SBATCH_REFUSAL", "sbatch: error: CPU count per node can not be "
+                       "satisfied\nsbatch: error: Batch job submission failed: Requested node "
+                       "configuration is not available")
+    plan, config = plan_and_config("sweep.yaml", "gen_cpus=64")
+    with pytest.raises(TrainError) as error:
+        submit(plan, config, dry_run=False, log=lambda _: None)
+    assert str(error.value) == (
+        f"sbatch refused gen-prepare {plan.corpora[0].name}: no node of its partition has what "
+        "it asks for: slurm.gen_cpus=64 (sbatch: Requested node configuration is not "
+        "available); nothing was submitted")
 
 
 def test_an_unknown_slurm_file_lists_the_shipped_ones(work):
@@ -367,15 +421,22 @@ def test_submitting_while_the_plans_jobs_are_queued_is_refused(work, fake_slurm)
      {"seed-0": ("done", "eval job 1005_0 COMPLETED"),
       "seed-1": ("failed", "train job 1004_1 OUT_OF_MEMORY"),
       "seed-2": ("running", "train job 1004_2 RUNNING")}),
-    # a shard task failed: every training waits for a manifest that never comes
-    ("1001|COMPLETED\n1002_0|COMPLETED\n1002_1|FAILED\n1003|PENDING\n1004_[0-2]|PENDING\n", "",
-     {f"seed-{i}": ("failed", f"train job 1004_{i} waits on gen-array CORPUS job 1002_1, "
-                              "which ended FAILED") for i in range(3)}),
+    # a shard task failed, then the manifest job (which runs after the array however it ended):
+    # Slurm cancelled the trainings waiting on it
+    ("1001|COMPLETED\n1002_0|COMPLETED\n1002_1|FAILED\n1003|FAILED\n1004_[0-2]|CANCELLED\n",
+     "", {f"seed-{i}": ("failed", f"train job 1004_{i} cancelled: dependency 1003 "
+                                  "(gen-manifest) failed (FAILED)") for i in range(3)}),
+    # ... or left them pending (a cluster that ignores --kill-on-invalid-dep)
+    ("1001|COMPLETED\n1002_0|COMPLETED\n1002_1|FAILED\n1003|FAILED\n",
+     "1004_[0-2]|PENDING|DependencyNeverSatisfied\n",
+     {f"seed-{i}": ("failed", f"train job 1004_{i} will not run: dependency 1003 "
+                              "(gen-manifest) failed (FAILED)") for i in range(3)}),
     # preempted and requeued: pending again; a cancelled evaluation has failed
-    ("1004_0|PREEMPTED\n1004_1|COMPLETED\n1005_1|CANCELLED by 0\n1004_2|TIMEOUT\n",
+    ("1001|COMPLETED\n1002_0|COMPLETED\n1002_1|COMPLETED\n1003|COMPLETED\n1004_0|PREEMPTED\n"
+     "1004_1|COMPLETED\n1005_1|CANCELLED by 0\n1004_2|TIMEOUT\n",
      "1004_0|PENDING|BeginTime\n",
      {"seed-0": ("pending", "train job 1004_0 PENDING (BeginTime)"),
-      "seed-1": ("failed", "eval job 1005_1 CANCELLED"),
+      "seed-1": ("eval failed", "eval job 1005_1 CANCELLED"),
       "seed-2": ("failed", "train job 1004_2 TIMEOUT")}),
 ])
 def test_slurm_states_read_squeue_and_sacct(work, fake_slurm, sacct, squeue, expected):
@@ -443,6 +504,9 @@ def test_the_train_script_requeues_on_usr1_and_the_requeued_job_resumes(work, fa
         job.send_signal(signal.SIGUSR1)  # to the batch shell only, as --signal=B: does
         assert job.wait(timeout=120) == 0, log.read_text()
     assert (fake_slurm / "scontrol.log").read_text() == "requeue 4242\n"
+    record = plan.root / "slurm" / "records" / "4242_0.jsonl"  # what `physlm status` reads
+    assert [json.loads(line)["event"] for line in record.read_text().splitlines()] == [
+        "started", "requeued"]
     stopped = int((run_dir / "checkpoints" / "latest").read_text().removeprefix("step-"))
     assert 3 <= stopped < 300 and not (run_dir / ".stop").exists()
     assert f"stopped at step {stopped} on request" in log.read_text()
@@ -453,6 +517,9 @@ def test_the_train_script_requeues_on_usr1_and_the_requeued_job_resumes(work, fa
            "of 300)" in again.stdout
     assert (run_dir / "checkpoints" / "latest").read_text() == "step-000300"
     assert (fake_slurm / "scontrol.log").read_text() == "requeue 4242\n"  # not requeued again
+    assert [(event["event"], event.get("exit_code")) for event in
+            map(json.loads, record.read_text().splitlines())][2:] == [("started", None),
+                                                                      ("ended", 0)]
 
 
 def test_an_array_spec_writes_runs_of_indices_as_ranges_with_the_cap():
