@@ -1,25 +1,58 @@
 """`physlm run`: generate (cached by config hash) -> train -> evaluate, locally."""
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from corpus_gen.core.config import CorpusConfig
+import configs
+from corpus_gen.core.config import CorpusConfig, read_yaml
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import corpus_fingerprint, generate_corpus
 from corpus_gen.core.manifest import MANIFEST, read_json
 from corpus_gen.core.verify import verify_corpus
+from launch.sweep import safe_name
 from trainer.config import Experiment
 from trainer.errors import TrainError
 
 CORPUS_CACHE = Path("corpora")
+_LABEL_MAX = 200  # bytes of a corpus directory's name before its hash (NAME_MAX: 255)
 
 
 def corpus_dir(experiment: Experiment) -> Path:
-    """Where this experiment's corpus lives: one directory per (corpus config, code version)."""
+    """Where this experiment's corpus lives: one directory per (corpus config, code version),
+    `corpora/<corpus_label>-<fingerprint[:8]>`."""
     if experiment.corpus is None:
         raise TrainError(f"{experiment.source}: no corpus group; add one or pass --corpus DIR")
-    return CORPUS_CACHE / f"{experiment.corpus_name}-{corpus_fingerprint(experiment.corpus)[:8]}"
+    return CORPUS_CACHE / f"{corpus_label(experiment)}-{corpus_fingerprint(experiment.corpus)[:8]}"
+
+
+def corpus_label(experiment: Experiment) -> str:
+    """What the corpus is, to read in its directory's name: the corpus config's name, unless a
+    setting that name stands for was changed (a sweep's `corpus.variant: single` on a
+    bios_s_multi5_permute base): then the family and those settings' values as they are now
+    (`bios_s_single`); an unnamed corpus (a mapping without `base`) reads as its family. The
+    settings a shipped config's name stands for are the text values it sets (bios: style,
+    variant; igsm: difficulty, format; cfg: grammar). At most _LABEL_MAX bytes."""
+    label = experiment.corpus_name
+    if label in ("inline", "default"):  # a mapping with no `base`: unnamed
+        label = experiment.corpus.family
+    named = _named_settings(experiment.corpus_name)
+    now = {key: getattr(experiment.corpus, key, None) for key in named}
+    if now != named:
+        parts = [Path(str(value)).stem for key, value in now.items() if key != "family"]
+        label = safe_name("_".join([experiment.corpus.family, *parts]))
+    return label.encode()[:_LABEL_MAX].decode(errors="ignore")
+
+
+@functools.cache
+def _named_settings(name: str) -> dict[str, str]:
+    """The text values a shipped corpus config sets ({} for any other name: a user's file,
+    `inline`)."""
+    if name not in configs.names("corpus"):
+        return {}
+    return {str(key): value for key, value in read_yaml(configs.find("corpus", name)).items()
+            if isinstance(value, str)}
 
 
 def ensure_corpus(experiment: Experiment, workers: int, log=print) -> Path:

@@ -2,8 +2,9 @@
 generated first, in this process (each once, however many runs share it); then each run is
 `physlm train <run>/experiment.yaml` and `physlm eval <run>` in subprocesses, `jobs` runs at a
 time, a finetuning run after its parent. Each run's output goes to `<run>/log.txt` and its state
-to `<run>/job.json`; a finished run is kept, and a failed one fails alone: a rerun does only what
-is not done.
+to `<run>/job.json` (with the job's pid and start time: a pid later given to another process
+is not the job); a finished run is kept, and a failed one fails alone: a rerun does only what
+is not done. On Linux the jobs die with the executor, however it ends (`local_process`).
 """
 
 import json
@@ -16,13 +17,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.io import atomic_write
 from launch.experiment import prepare_corpus, took
-from launch.plan import Plan, RunJob, write_plan
+from launch.local_process import die_with_parent, process_start
+from launch.plan import Plan, RunJob, settle_changed, write_plan
 from launch.status import JOB, LOG, last_error, process_alive, read_job, run_finished
 from trainer.errors import PREEMPTED_EXIT, TrainError
 
@@ -41,10 +44,13 @@ class _Job:
     began: float
 
 
-def execute(plan: Plan, jobs: int = 1, workers: int = 1,
-            log: Callable[[str], None] = print) -> dict[str, str]:
-    """Run the plan; each run's final state (done, failed, stopped) by name."""
+def execute(plan: Plan, jobs: int = 1, workers: int = 1, log: Callable[[str], None] = print,
+            redo_changed: bool = False) -> dict[str, str]:
+    """Run the plan; each run's final state (done, failed, stopped) by name. A run directory
+    trained with other settings than the plan's now is refused, or with `redo_changed` moved
+    aside and trained again."""
     _refuse_running(plan)
+    settle_changed(plan, redo_changed, log)
     write_plan(plan)
     corpus_errors = _generate_corpora(plan, workers, log)
     states: dict[str, str] = {}
@@ -170,8 +176,10 @@ def _start(run: RunJob, stage: str, threads: int, log: Callable[[str], None]) ->
                                                        os.environ.get("PYTHONPATH")]))}
     # a session of its own: Ctrl-C reaches the executor alone, which asks each job to stop
     # (SIGTERM: physlm train saves a checkpoint first) instead of killing it mid-step
+    # and it dies with the executor (SIGTERM, a checkpoint saved) however the executor dies
     process = subprocess.Popen([sys.executable, *command(run, stage)], stdout=output,
-                               stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                               stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                               preexec_fn=partial(die_with_parent, os.getpid()))
     _record(run, "running", stage, pid=process.pid)
     log(f"{stage:<6} | {run.name}: started (pid {process.pid}, log {run.run_dir / LOG})")
     return _Job(run, stage, process, output, time.perf_counter())
@@ -203,6 +211,6 @@ def _finish(job: _Job, states: dict[str, str], log: Callable[[str], None]) -> st
 def _record(run: RunJob, state: str, stage: str, pid: int | None = None,
             code: int | None = None, error: str | None = None) -> None:
     record = {"executor": "local", "state": state, "stage": stage, "host": socket.gethostname(),
-              "pid": pid, "exit_code": code, "error": error,
+              "pid": pid, "started": pid and process_start(pid), "exit_code": code, "error": error,
               "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     atomic_write(run.run_dir / JOB, (json.dumps(record, indent=1) + "\n").encode())

@@ -8,22 +8,31 @@ directory, written as files that every executor (local processes, Slurm jobs) ru
   job is `physlm train <run>/experiment.yaml --run-dir <run> --corpus DIR`, then `physlm eval`;
 - `<run>/sweep.json`: which plan the run belongs to and its axis values;
 - `plan/corpus-<name>.yaml`: each corpus's resolved config, what `physlm gen` reads.
-Runs whose corpus configs are equal share one corpus directory (`corpora/<config>-<hash>`).
+Runs whose corpus configs are equal share one corpus directory (`corpora/<label>-<hash>`, see
+`launch.experiment.corpus_label`). A run directory trained with other settings than the plan's
+is refused before any file is written, or moved aside (`settle_changed`); no name the plan
+makes may be longer than a file name can be.
 """
 
 import json
-from dataclasses import asdict, dataclass, field
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
+from omegaconf._utils import get_omega_conf_dumper
 
 from corpus_gen.core.config import CorpusConfig, config_dict
 from corpus_gen.core.io import atomic_write
 from launch.experiment import corpus_dir
 from launch.suite import finetune_from, is_suite, load_suite
-from launch.sweep import is_sweep, load_sweep
+from launch.sweep import NAME_MAX, is_sweep, load_sweep
 from trainer.config import Experiment, load_experiment
 from trainer.errors import TrainError
+from trainer.run_dir import CONFIG
 
 PLAN = "plan.json"
 RUN_RECORD = "sweep.json"
@@ -88,34 +97,118 @@ def _plan(name: str, kind: str, root: Path, source: str, axes: list[str],
           named: list[tuple[str, Experiment, str | None, dict]], slurm: dict) -> Plan:
     corpora: dict[Path, CorpusJob] = {}
     runs: dict[str, RunJob] = {}
+    dirs: dict[int, Path] = {}  # id(corpus config) -> its directory: a sweep's points share one
     for run_name, experiment, parent, values in named:
         run_dir = root if kind == "experiment" else root / run_name
-        experiment.train.wandb.group = experiment.train.wandb.group or name
-        experiment.train.wandb.tags = [*experiment.train.wandb.tags,
-                                       *(f"{axis}={value}" for axis, value in values.items())]
+        # replaced, not changed in place: a sweep's points share the groups they leave alone
+        wandb = experiment.train.wandb
+        experiment.train = replace(experiment.train, wandb=replace(
+            wandb, group=wandb.group or name,
+            tags=[*wandb.tags, *(f"{axis}={value}" for axis, value in values.items())]))
         after = []
         if parent is not None:  # finetuning: the parent's weights and tokenizer
             finetune_from(experiment, runs[parent].run_dir, corpus_dir(runs[parent].experiment))
             after = [runs[parent].corpus.name]
-        out = corpus_dir(experiment).resolve()  # refuses an experiment without a corpus
+        if id(experiment.corpus) not in dirs:  # refuses an experiment without a corpus
+            dirs[id(experiment.corpus)] = corpus_dir(experiment).resolve()
+        out = dirs[id(experiment.corpus)]
         if out not in corpora:
             corpora[out] = CorpusJob(out.name, experiment.corpus, out,
                                      root / "plan" / f"corpus-{out.name}.yaml", after)
         runs[run_name] = RunJob(run_name, experiment, run_dir, corpora[out], parent, values)
+        for path in (run_dir, out, corpora[out].config_file):
+            _refuse_long_name(path)
     return Plan(name, kind, root, source, axes, list(corpora.values()), list(runs.values()),
                 slurm)
 
 
+def _refuse_long_name(path: Path) -> None:
+    """The filesystem refuses a longer name only when the plan is written: say so now."""
+    if len(os.fsencode(path.name)) > NAME_MAX:
+        raise TrainError(f"{path}: a name of {len(os.fsencode(path.name))} bytes; a file or "
+                         f"directory name holds at most {NAME_MAX}: shorten it")
+
+
 def experiment_yaml(experiment: Experiment) -> str:
     """The run's resolved experiment as an experiment file: every group a whole mapping, so
-    loading it gives this experiment again, whatever the shipped configs become."""
-    return OmegaConf.to_yaml({
+    loading it gives this experiment again, whatever the shipped configs become. The text
+    OmegaConf.to_yaml writes, from plain data by its own YAML dumper: building a DictConfig
+    first took ~50 ms a run."""
+    plain = json.loads(json.dumps({  # the configs' values are JSON's; tuples become lists
         "name": experiment.name,
         "corpus": config_dict(experiment.corpus),
         "model": asdict(experiment.model),
         "train": asdict(experiment.train),
-        "eval": OmegaConf.to_container(OmegaConf.structured(experiment.eval)),
-    })
+        "eval": asdict(experiment.eval),
+    }))
+    return yaml.dump(plain, Dumper=get_omega_conf_dumper(), default_flow_style=False,
+                     allow_unicode=True, sort_keys=False)
+
+
+# what a run's config.yaml holds that does not change what it trained or measured: names,
+# where things are, how it was tracked and started, and what training derives (vocab, ctx)
+_NOT_RESULTS = ("name", "corpus_dir", "train.wandb", "train.resume", "model.vocab_size",
+                "model.ctx")
+
+
+def settle_changed(plan: Plan, redo: bool, log: Callable[[str], None] = print) -> None:
+    """Refuse the plan while a run directory holds a run trained (even in part) with settings
+    the plan now changes: it would be kept as done, or resumed, and its results reported under
+    settings it never had. With `redo`, move each such run aside (`move_aside`) instead."""
+    for run in plan.runs:
+        change = config_change(run)
+        if change is None:
+            continue
+        if not redo:
+            raise TrainError(f"run {run.name}: {run.run_dir} was trained with other settings "
+                             f"({change}); pass --redo-changed to move it aside and train it "
+                             "again, or restore the setting")
+        try:
+            aside = move_aside(run.run_dir)
+        except OSError as exc:
+            raise TrainError(f"run {run.name}: cannot move {run.run_dir} aside: "
+                             f"{exc.strerror or exc}") from None
+        log(f"run    | {run.name}: trained with other settings ({change}); moved to {aside}, "
+            "trained again")
+
+
+def config_change(run: RunJob) -> str | None:
+    """The first setting the run's directory was trained with (its `config.yaml`) that its
+    experiment in the plan now changes, as `key: then -> now`; None if none (or nothing was
+    trained there yet). A key only one side has (an option added since) counts as unchanged."""
+    try:
+        trained = yaml.safe_load((run.run_dir / CONFIG).read_text())
+    except (OSError, yaml.YAMLError):  # none yet, or damaged: training rewrites it
+        return None
+    experiment = run.experiment
+    now = json.loads(json.dumps({"corpus": config_dict(experiment.corpus),
+                                 "model": asdict(experiment.model),
+                                 "train": asdict(experiment.train),
+                                 "eval": asdict(experiment.eval)}))
+    return _first_difference(trained, now, "") if isinstance(trained, dict) else None
+
+
+def _first_difference(then: dict, now: dict, prefix: str) -> str | None:
+    for key, value in now.items():
+        path = f"{prefix}{key}"
+        if key not in then or path in _NOT_RESULTS:
+            continue
+        if isinstance(value, dict) and isinstance(then[key], dict):
+            found = _first_difference(then[key], value, f"{path}.")
+            if found:
+                return found
+        elif then[key] != value:
+            return f"{path}: {json.dumps(then[key])} -> {json.dumps(value)}"
+    return None
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move a run directory to `replaced-<time>/<its name>` beside it, kept whole; the new
+    place."""
+    aside = run_dir.parent / f"replaced-{time.strftime('%Y%m%d-%H%M%S')}" / run_dir.name
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.rename(aside)
+    return aside
 
 
 def write_plan(plan: Plan) -> None:

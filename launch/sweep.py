@@ -30,11 +30,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from corpus_gen.core.config import COMMAND_LINE, read_yaml, refuse_unknown_keys
 from corpus_gen.core.errors import ConfigError
-from trainer.config import Experiment, load_experiment
+from launch.sweep_compose import Composer
+from trainer.config import Experiment
 
 SWEEP_KEYS = ("name", "experiment", "overrides", "grid", "zip", "seeds", "slurm")
 SEED_AXIS = "seed"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+=-]")  # what a directory name may hold as it is
+NAME_MAX = 255  # bytes in a file or directory name (Linux's NAME_MAX; macOS's too)
 
 
 @dataclass
@@ -76,9 +78,12 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
     given = read_yaml(path)
     refuse_unknown_keys(given, SWEEP_KEYS, "sweep", source)
     name = str(given.get("name", path.stem))
-    if _safe(name) != name:  # it names directories, W&B groups and Slurm jobs
+    if safe_name(name) != name:  # it names directories, W&B groups and Slurm jobs
         raise ConfigError("name", name, "must be a plain name: letters, digits and _ . + = -",
                           source)
+    if len(name.encode()) > NAME_MAX:
+        raise ConfigError("name", name, f"is {len(name.encode())} bytes; it names a directory, "
+                          f"and a directory's name holds at most {NAME_MAX}", source)
     if "experiment" not in given:
         raise ConfigError("experiment", None, "a sweep names its base experiment", source)
     base = configs.find("experiment", str(given.experiment), relative_to=path.parent)
@@ -108,15 +113,24 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
     combinations = _points(grid, zipped, seeds)
     names = [".".join(f"{axis.short}-{axis.labels[i]}" for axis, i in point)
              for point in combinations]
+    for run, point in zip(names, combinations):  # each names a directory
+        if len(run.encode()) > NAME_MAX:
+            axis, i = max(point, key=lambda pair: len(pair[0].labels[pair[1]].encode()))
+            raise ConfigError(axis.key, axis.labels[i], f"makes a run name of "
+                              f"{len(run.encode())} bytes, and a directory's name holds at "
+                              f"most {NAME_MAX}: give the axis shorter values, or short labels "
+                              "(a labelled axis: `NAME: {LABEL: {KEY: VALUE}}`)", source)
+    first: dict[str, int] = {}  # run name -> the first point of that name
     for index, run in enumerate(names):  # before any run is built: a clash is the file's error
-        if run in names[:index]:
-            other = combinations[names.index(run)]  # the axis the two points differ on
+        if first.setdefault(run, index) != index:
+            other = combinations[first[run]]  # the axis the two points differ on
             axis = next(a for (a, i), (_, j) in zip(combinations[index], other) if i != j)
             raise ConfigError(axis.key, run, f"two runs would be named {run}; give the axis "
                               "distinct values or labels", source)
+    composer = Composer(base)  # the base built once, each point's own keys set on a copy
     points = []
     for run, point in zip(names, combinations):
-        experiment = _experiment(base, common, point, overrides, source)
+        experiment = _experiment(composer, common, point, overrides, source)
         experiment.name = f"{name}-{run}"
         points.append(SweepPoint(run, {axis.name: axis.values[i] for axis, i in point},
                                  experiment))
@@ -143,7 +157,7 @@ def _axis(key: str, name: str, value: object, source: str) -> Axis:
             if not isinstance(sets, DictConfig) or not sets:
                 raise ConfigError(f"{key}.{label}", _plain(sets), "a labelled point is a "
                                   "mapping of dotted keys to values", source)
-            labels.append(_safe(str(label)))
+            labels.append(safe_name(str(label)))
             overrides.append([_override(str(k), _plain(v)) for k, v in sets.items()])
         return Axis(name, key, labels, list(labels), overrides)
     raise ConfigError(key, _plain(value), "an axis is a list of values or a mapping of labels "
@@ -163,7 +177,7 @@ def _shorten(axes: list[Axis]) -> None:
     """A key axis reads as its last part (`pos` for model.pos) unless two would read alike."""
     short = [axis.name.rsplit(".", 1)[-1] for axis in axes]
     for axis, label in zip(axes, short):
-        axis.short = _safe(label if short.count(label) == 1 else axis.name)
+        axis.short = safe_name(label if short.count(label) == 1 else axis.name)
 
 
 def _points(grid: list[Axis], zipped: list[Axis], seeds: list[Axis]) -> list[list[tuple]]:
@@ -177,13 +191,13 @@ def _points(grid: list[Axis], zipped: list[Axis], seeds: list[Axis]) -> list[lis
             for combination in itertools.product(*dimensions)]
 
 
-def _experiment(base: Path, common: list[str], point: list[tuple], command_line: list[str],
-                source: str) -> Experiment:
+def _experiment(composer: Composer, common: list[str], point: list[tuple],
+                command_line: list[str], source: str) -> Experiment:
     """The base experiment with the sweep's overrides, its axis values, then the command line's;
     a key the schema lacks is named where the sweep file sets it."""
     own = [(axis.key, o) for axis, i in point for o in axis.overrides[i]]
     try:
-        return load_experiment(base, common + [o for _, o in own] + command_line)
+        return composer.experiment(common + [o for _, o in own] + command_line)
     except ConfigError as exc:
         if exc.source != COMMAND_LINE or any(o.startswith(f"{exc.key}=") for o in command_line):
             raise
@@ -209,8 +223,8 @@ def _label(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | dict):
-        return _safe(json.dumps(value, separators=(",", ":")))
-    return _safe(str(value))
+        return safe_name(json.dumps(value, separators=(",", ":")))
+    return safe_name(str(value))
 
 
 def _scalar(value: object) -> object:
@@ -218,7 +232,8 @@ def _scalar(value: object) -> object:
         else json.dumps(value)
 
 
-def _safe(text: str) -> str:
+def safe_name(text: str) -> str:
+    """`text` as a directory's name: each character a name may not hold as it is, `_`."""
     return _UNSAFE.sub("_", text).strip(".") or "_"
 
 

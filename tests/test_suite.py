@@ -102,3 +102,16 @@ def test_every_shipped_experiment_and_suite_loads(name):
         assert all(r.experiment.corpus is not None for r in suite.runs)
     else:
         assert load_experiment(path, []).name == name
+
+
+def test_a_suite_run_named_longer_than_a_directory_name_is_refused_when_planned(tmp_path):
+    from launch.plan import load_plan
+    from trainer.errors import TrainError
+
+    path = tmp_path / "long.yaml"
+    path.write_text(SUITE.replace("  pre:\n", "  " + "p" * 300 + ":\n")
+                    .replace("parent: pre", "parent: " + "p" * 300))
+    with pytest.raises(TrainError) as caught:
+        load_plan(path, [], root=str(tmp_path / "runs"))
+    assert str(caught.value) == (f"{tmp_path / 'runs' / ('p' * 300)}: a name of 300 bytes; a "
+                                 "file or directory name holds at most 255: shorten it")

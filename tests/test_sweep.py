@@ -300,22 +300,26 @@ def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resu
 
 def test_a_launch_is_refused_while_a_run_of_the_plan_is_still_being_trained(tmp_path,
                                                                            monkeypatch):
-    import os
     import socket
+    import subprocess
+    import sys
 
     from launch.local import execute
+    from launch.local_process import process_start
     from trainer.errors import TrainError
 
     monkeypatch.chdir(tmp_path)
     plan = load_plan(write_sweep(tmp_path, "grid: {model.pos: [rope]}\n"), [])
     run_dir = plan.runs[0].run_dir
     run_dir.mkdir(parents=True)
-    alive = {"state": "running", "stage": "train", "pid": os.getpid(),
-             "host": socket.gethostname()}
-    (run_dir / "job.json").write_text(json.dumps(alive))
-    with pytest.raises(TrainError, match=f"run pos-rope: still running \\(train, pid "
-                                         f"{os.getpid()} on "):
-        execute(plan, log=lambda _: None)
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as job:
+        alive = {"state": "running", "stage": "train", "pid": job.pid,
+                 "started": process_start(job.pid), "host": socket.gethostname()}
+        (run_dir / "job.json").write_text(json.dumps(alive))
+        with pytest.raises(TrainError, match=f"run pos-rope: still running \\(train, pid "
+                                             f"{job.pid} on "):
+            execute(plan, log=lambda _: None)
+        job.kill()
     assert not (tmp_path / "corpora").exists()  # refused before anything is done
 
 
@@ -332,3 +336,207 @@ def test_status_prefers_a_later_slurm_job_to_a_local_failure(tmp_path, monkeypat
                         lambda root: {"pos-rope": ("running", "train job 12_0 RUNNING")})
     row, = statuses(plan.root)
     assert (row.state, row.detail) == ("running", "train job 12_0 RUNNING")
+
+
+def _plan_output(plan) -> tuple:
+    """All a plan says: plan.json's record, each run's experiment file, experiment, corpus."""
+    from launch.plan import experiment_yaml, plan_record
+
+    return (plan_record(plan), [experiment_yaml(run.experiment) for run in plan.runs],
+            [run.experiment for run in plan.runs], [run.corpus.out for run in plan.runs])
+
+
+def test_a_grid_is_planned_from_a_few_builds_and_equals_building_each_run_from_the_files(
+        tmp_path, monkeypatch):
+    import launch.sweep_compose
+    from launch.sweep_compose import Composer
+
+    monkeypatch.chdir(tmp_path)
+    # a key another key interpolates (ckpt_every follows max_steps) is built the ordinary way
+    (tmp_path / "interpolating.yaml").write_text(
+        BASE.replace("ckpt_every: 4", "ckpt_every: '${.max_steps}'"))
+    path = tmp_path / "sweep.yaml"
+    path.write_text("""\
+experiment: interpolating.yaml
+overrides: {train.warmup_steps: 2}
+grid:
+  train.lr: [0.001, 0.002]
+  shape: {wide: {model.d_model: 64, model.n_head: 4}, deep: {model.n_layer: 2}}
+  eval.qa.splits: [[test], [train, test]]
+  train.max_steps: [4, 6]
+seeds: [0, 1]
+""")
+    builds = []
+    build = launch.sweep_compose.load_experiment
+    monkeypatch.setattr(launch.sweep_compose, "load_experiment",
+                        lambda *args: builds.append(args) or build(*args))
+    fast = load_plan(path, ["train.log_every=2"])
+    # the base, and one check of each key an axis or override sets (9); the 16 points whose
+    # max_steps differs from the base's are built the ordinary way (ckpt_every follows it)
+    assert len(fast.runs) == 32 and len(builds) == 1 + 9 + 16
+    assert {(r.experiment.train.max_steps, r.experiment.train.ckpt_every) for r in fast.runs} \
+        == {(4, 4), (6, 6)}
+    monkeypatch.setattr(Composer, "experiment", lambda self, o: build(self.base, o))
+    assert _plan_output(fast) == _plan_output(load_plan(path, ["train.log_every=2"]))
+
+
+def test_every_shipped_sweep_plans_as_building_each_run_from_the_files_does(tmp_path,
+                                                                             monkeypatch):
+    from launch.sweep_compose import Composer
+    from trainer.config import load_experiment as build
+
+    monkeypatch.chdir(tmp_path)
+    fast = {name: _plan_output(load_plan(configs.find("sweep", name), []))
+            for name in configs.names("sweep")}
+    monkeypatch.setattr(Composer, "experiment", lambda self, o: build(self.base, o))
+    for name, output in fast.items():
+        assert output == _plan_output(load_plan(configs.find("sweep", name), [])), name
+        for text, experiment in zip(output[1], output[2]):  # experiment.yaml: OmegaConf's text
+            assert text == _omegaconf_yaml(experiment)
+
+
+def _omegaconf_yaml(experiment) -> str:
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    from corpus_gen.core.config import config_dict
+
+    return OmegaConf.to_yaml({
+        "name": experiment.name, "corpus": config_dict(experiment.corpus),
+        "model": asdict(experiment.model), "train": asdict(experiment.train),
+        "eval": OmegaConf.to_container(OmegaConf.structured(experiment.eval))})
+
+
+def test_a_corpus_is_named_after_the_variant_it_is_not_the_config_it_was_made_from(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    single, multi = load_plan(configs.find("sweep", "bios_single_vs_multi"), []).corpora
+    assert single.name.startswith("bios_s_single-") and single.config.variant == "single"
+    assert multi.name.startswith("bios_s_multi5_permute-")  # the base's own name: unchanged
+    assert single.config_file.name == f"corpus-{single.name}.yaml"
+    retry = load_plan(configs.find("sweep", "igsm_retry_rate"), ["corpus.format=qp"]).corpora
+    assert {c.name.rsplit("-", 1)[0] for c in retry} == {"igsm_med_qp"}
+    cfg, = load_plan(configs.find("sweep", "pos_encodings_cfg"), []).corpora
+    assert cfg.name.startswith("cfg-")  # an unnamed (inline) corpus reads as its family
+
+
+def test_a_run_name_longer_than_a_directory_name_is_refused_at_plan_time_naming_the_axis(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, "grid: {train.init_from: [short, " + "x" * 300 + "]}\n")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}: grid.train.init_from='xxx" in err
+    assert "makes a run name of 310 bytes, and a directory's name holds at most 255" in err
+    path.write_text("experiment: base.yaml\nname: " + "n" * 256 + "\nseeds: [0]\n")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "is 256 bytes; it names a directory" in capsys.readouterr().err
+
+
+def _trained_as(run, **changed) -> None:
+    """Leave in the run's directory what training leaves: config.yaml (the experiment as it
+    was trained, `changed` by dotted key), a final checkpoint and its evaluation."""
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    from corpus_gen.core.config import config_dict
+
+    experiment = run.experiment
+    trained = OmegaConf.create({
+        "name": experiment.name, "corpus_dir": str(run.corpus.out),
+        "corpus": config_dict(experiment.corpus),
+        "model": {**asdict(experiment.model), "vocab_size": 600, "ctx": 64},
+        "train": asdict(experiment.train), "eval": asdict(experiment.eval)})
+    for key, value in changed.items():
+        OmegaConf.update(trained, key, value)
+    (run.run_dir / "checkpoints" / "step-000004").mkdir(parents=True)
+    (run.run_dir / "checkpoints" / "latest").write_text("step-000004")
+    (run.run_dir / "eval").mkdir()
+    (run.run_dir / "eval" / "qa.json").write_text(json.dumps({"step": 4}))
+    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(trained))
+
+
+def test_a_run_trained_with_other_settings_is_refused_and_redo_changed_moves_it_aside(
+        tmp_path, monkeypatch, capsys):
+    from launch.plan import settle_changed
+
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, "grid: {model.pos: [rope]}\n")
+    plan = load_plan(path, [])
+    write_plan(plan)
+    run = plan.runs[0]
+    _trained_as(run, **{"model.d_model": 16, "train.wandb.mode": "offline"})
+    experiment_file = run.experiment_file.read_text()
+    assert main(["sweep", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"physlm sweep: error: run pos-rope: {run.run_dir} was trained with other "
+                   "settings (model.d_model: 16 -> 32); pass --redo-changed to move it aside "
+                   "and train it again, or restore the setting")
+    assert main(["submit", str(path), "--dry-run"]) == 2  # so does a submission
+    assert "(model.d_model: 16 -> 32); pass --redo-changed" in capsys.readouterr().err
+    assert run.experiment_file.read_text() == experiment_file  # nothing rewritten
+    lines: list[str] = []
+    settle_changed(load_plan(path, []), redo=True, log=lines.append)
+    aside, = (tmp_path / "runs/sweep").glob("replaced-*/pos-rope")
+    assert (aside / "checkpoints" / "latest").read_text() == "step-000004"  # kept whole
+    assert not run.run_dir.exists()
+    assert lines == [f"run    | pos-rope: trained with other settings (model.d_model: 16 -> "
+                     f"32); moved to {aside.relative_to(tmp_path)}, trained again"]
+    # the same settings (tracking and what training derives aside): kept as done
+    write_plan(plan)
+    _trained_as(run, **{"train.wandb.mode": "offline", "name": "renamed"})
+    settle_changed(load_plan(path, []), redo=False)
+
+
+def test_a_job_record_whose_pid_now_names_another_process_is_not_a_running_job(tmp_path):
+    import os
+    import socket
+
+    from launch.local_process import process_start
+    from launch.status import process_alive
+
+    host = socket.gethostname()
+    mine = {"state": "running", "pid": os.getpid(), "host": host}  # this test, not a job
+    assert not process_alive({**mine, "started": "another-boot/12345"})
+    assert not process_alive(mine)  # an older record: not a physlm command line either
+    assert process_alive({**mine, "started": process_start(os.getpid())})
+
+
+def test_a_job_dies_with_its_executor_even_when_the_executor_is_killed_hard(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    executor = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time, types
+        from pathlib import Path
+        import launch.local
+        launch.local.command = lambda run, stage: ["-c", "import time; time.sleep(120)"]
+        run = types.SimpleNamespace(name="r", run_dir=Path({str(tmp_path)!r}))
+        job = launch.local._start(run, "train", 1, lambda line: None)
+        print(job.process.pid, flush=True)
+        time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+    job = int(executor.stdout.readline())
+    executor.send_signal(signal.SIGKILL)
+    executor.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(job):
+        time.sleep(0.1)
+    if _alive(job):
+        os.kill(job, signal.SIGKILL)
+        pytest.fail("the job outlived its executor")
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie no one reaps yet counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
