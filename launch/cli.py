@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from corpus_gen.core.errors import CorpusError
-from trainer.errors import PREEMPTED_EXIT, Preempted, TrainError
+from trainer.errors import Preempted, TrainError
 
 USER_ERRORS = (CorpusError, TrainError)  # reported as one line, exit code 2
 
@@ -206,7 +206,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(_plan_listing(plan))
         return 0
-    execute(plan, jobs=args.jobs, workers=args.workers)
+    execute(plan, jobs=args.jobs, workers=args.workers, redo_changed=args.redo_changed)
     rows = statuses(plan.root)
     print("\n" + status_table(rows))
     finished = sum(row.state == "done" for row in rows)
@@ -238,18 +238,20 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from launch.plan import settle_changed
     from launch.slurm import load_slurm_config, submit
 
     slurm = [o for o in args.overrides if o.startswith("slurm.")]
     plan = _plan(args, [o for o in args.overrides if not o.startswith("slurm.")])
     config = load_slurm_config(plan, args.slurm, [o.removeprefix("slurm.") for o in slurm])
+    settle_changed(plan, args.redo_changed)  # before the plan's files are written again
     submit(plan, config, dry_run=args.dry_run)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     from launch.plan import load_plan
-    from launch.status import status_table, statuses
+    from launch.status import FAILED, status_table, statuses
 
     path = Path(args.path)
     if not path.is_dir():  # a sweep or experiment file, or a shipped one's name: its plan now
@@ -260,20 +262,21 @@ def _status(args: argparse.Namespace) -> int:
         path = load_plan(found, [], args.run_dir)
     rows = statuses(path)
     print(status_table(rows))
-    return 1 if any(row.state == "failed" for row in rows) else 0
+    return 1 if any(row.state in FAILED for row in rows) else 0
 
 
 def _summary_table(name: str, result: dict) -> str:
     """A task's headline numbers, as `physlm report` picks them: each rate outside the
     breakdowns, by its split (or set) and its path below it (`plain/accuracy`)."""
-    from launch.report import BOOKKEEPING, flatten, is_headline
+    from launch.report import BOOKKEEPING, flatten, format_metric, is_headline, with_no_data
 
     lines = [f"\n{name} (step {result.get('step')})", "| split | metric | value |", "|---|---|---|"]
-    metrics = flatten({k: v for k, v in result.items() if k not in BOOKKEEPING}, name)
+    metrics = with_no_data(flatten({k: v for k, v in result.items() if k not in BOOKKEEPING},
+                                   name))
     for metric, value in metrics.items():
         _, split, *rest = metric.split("/")
         if rest and is_headline(metric, value):
-            lines.append(f"| {split} | {'/'.join(rest)} | {value:.3f} |")
+            lines.append(f"| {split} | {'/'.join(rest)} | {format_metric(metrics, metric, '')} |")
     return "\n".join(lines)
 
 
@@ -356,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             sub.add_argument("--slurm", metavar="FILE",
                              help="Slurm settings: a YAML file or a shipped configs/slurm name")
+        sub.add_argument("--redo-changed", action="store_true",
+                         help="move aside (to replaced-<time>/) and train again each run "
+                         "directory trained with other settings than the plan's now, instead "
+                         "of refusing")
         sub.set_defaults(run=function)
 
     status = verb_parser("status")
@@ -378,12 +385,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _refuse_undecodable(argv: list[str]) -> None:
+    """Refuse an argument that is not UTF-8 text (bytes a shell passed through, kept by Python
+    as surrogates): a run writes its paths into YAML and JSON files, which cannot hold them."""
+    for arg in argv:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            raise TrainError(f"{os.fsencode(arg)!r}: not UTF-8 text; physlm writes paths and "
+                             "values into YAML and JSON files: use a UTF-8 name") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parse(argv)
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2)
         return exc.code
     try:
+        _refuse_undecodable(sys.argv[1:] if argv is None else argv)
         return args.run(args)
     except USER_ERRORS as exc:
         print(f"physlm {args.verb}: error: {exc}", file=sys.stderr)
@@ -394,9 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `physlm ... | head`: the reader has gone, nothing to report
         sys.stdout = open(os.devnull, "w")
         return 0
+    except OSError as exc:  # the filesystem said no (a directory where a file goes, EIO, ...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"physlm {args.verb}: error: {where}{exc.strerror or exc}; files written before "
+              "are kept", file=sys.stderr)
+        return 2
     except Preempted as exc:  # a run stopped on request (preemption) is not a failure
+        from trainer.preempt import stopped_exit_code
+
         print(f"physlm {args.verb}: {exc}", file=sys.stderr)
-        return PREEMPTED_EXIT
+        return stopped_exit_code()  # 75; 0 under torchrun, the stop recorded in the run dir
 
 
 if __name__ == "__main__":
