@@ -87,7 +87,8 @@ def test_eval_passes_the_tasks_given_or_none(argv, tasks, tmp_path, monkeypatch,
 
 
 def test_an_unknown_eval_task_names_the_option_and_the_known_tasks(tmp_path, capsys):
-    (tmp_path / "config.yaml").write_text(f"name: r\ncorpus_dir: {tmp_path}\neval: {{}}\n")
+    (tmp_path / "config.yaml").write_text(f"name: r\ncorpus_dir: {tmp_path}\neval: {{}}\n"
+                                          "train: {wandb: {mode: disabled, project: p}}\n")
     assert main(["eval", str(tmp_path), "--task", "bogus"]) == 2
     err = capsys.readouterr().err
     from trainer.eval.registry import tasks
@@ -133,3 +134,18 @@ def test_the_summary_table_shows_nested_rates_and_leaves_out_counts_and_breakdow
                          "per_question": {"even_year": {"accuracy": 1.0}}}}})
     assert table.splitlines()[1:] == ["manipulation (step 5)", "| split | metric | value |",
                                       "|---|---|---|", "| test | cot/accuracy | 0.750 |"]
+
+
+def test_a_filesystem_refusal_is_one_line_naming_the_file_and_keeps_finished_files(
+        tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    (tmp_path / "c.yaml").write_text("family: bios\nvariant: multi5_permute\npeople: 30\n"
+                                     "records_per_shard: 30\n"
+                                     "tokenizer: {vocab_size: 600, sample_records: 200}\n")
+    (corpus / "train" / "shard-000001.tar").mkdir(parents=True)  # a directory where a shard goes
+    (corpus / ".progress").mkdir()  # as `physlm gen --part prepare` leaves a corpus being made
+    assert main(["gen", str(tmp_path / "c.yaml"), "--out", str(corpus)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("physlm gen: error: "), err
+    assert "shard-000001.tar" in err[0] and "Is a directory" in err[0], err
+    assert (corpus / "train" / "shard-000000.tar").is_file()  # the shard before it is kept
