@@ -238,14 +238,12 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from launch.plan import settle_changed
     from launch.slurm import load_slurm_config, submit
 
     slurm = [o for o in args.overrides if o.startswith("slurm.")]
     plan = _plan(args, [o for o in args.overrides if not o.startswith("slurm.")])
     config = load_slurm_config(plan, args.slurm, [o.removeprefix("slurm.") for o in slurm])
-    settle_changed(plan, args.redo_changed)  # before the plan's files are written again
-    submit(plan, config, dry_run=args.dry_run)
+    submit(plan, config, dry_run=args.dry_run, redo_changed=args.redo_changed)
     return 0
 
 

@@ -9,7 +9,8 @@ import configs
 from corpus_gen.core.config import CorpusConfig, read_yaml
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import corpus_fingerprint, generate_corpus
-from corpus_gen.core.manifest import MANIFEST, read_json
+from corpus_gen.core.io import read_json_file
+from corpus_gen.core.manifest import MANIFEST
 from corpus_gen.core.verify import verify_corpus
 from launch.sweep import safe_name
 from trainer.config import Experiment
@@ -81,7 +82,7 @@ def prepare_corpus(config: CorpusConfig, out: Path, workers: int, log=print) -> 
 def corpus_finished(config: CorpusConfig, out: Path) -> bool:
     """Whether `out` holds the manifest of this config's corpus (its files not checked)."""
     try:
-        return read_json(out / MANIFEST).get("fingerprint") == corpus_fingerprint(config)
+        return read_json_file(out / MANIFEST).get("fingerprint") == corpus_fingerprint(config)
     except (FileNotFoundError, CorpusError):
         return False
 

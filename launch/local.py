@@ -26,13 +26,16 @@ from corpus_gen.core.io import atomic_write
 from launch.experiment import prepare_corpus, took
 from launch.local_process import die_with_parent, process_start
 from launch.plan import Plan, RunJob, settle_changed, write_plan
-from launch.status import JOB, LOG, last_error, process_alive, read_job, run_finished
+from launch.status import last_error, process_alive, read_job, run_finished
 from trainer.errors import PREEMPTED_EXIT, TrainError
+from trainer.run_dir import JOB, LOG, inside
 
 _POLL_SECONDS = 0.5
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 WORLD_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+# torchrun's: TORCHELASTIC_RUN_ID would make a job's clean stop exit 0 (trainer.preempt)
+WORLD_PREFIX = "TORCHELASTIC_"
 
 
 @dataclass
@@ -50,6 +53,9 @@ def execute(plan: Plan, jobs: int = 1, workers: int = 1, log: Callable[[str], No
     trained with other settings than the plan's now is refused, or with `redo_changed` moved
     aside and trained again."""
     _refuse_running(plan)
+    for run in plan.runs:  # a run's log and job record are written only inside its directory
+        for name in (LOG, JOB):
+            inside(run.run_dir, name)
     settle_changed(plan, redo_changed, log)
     write_plan(plan)
     corpus_errors = _generate_corpora(plan, workers, log)
@@ -163,13 +169,14 @@ def command(run: RunJob, stage: str) -> list[str]:
 
 
 def _start(run: RunJob, stage: str, threads: int, log: Callable[[str], None]) -> _Job:
-    output = open(run.run_dir / LOG, "a")
+    output = open(inside(run.run_dir, LOG), "a")
     output.write(f"\n=== physlm {stage} {run.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) ===\n")
     output.flush()
     # runs side by side share the cores instead of each taking all of them
     # each job is a world of its own: a rendezvous inherited from here (MASTER_PORT, RANK,
     # an allocation's SLURM_PROCID) would make jobs side by side claim one port
-    inherited = {k: v for k, v in os.environ.items() if k not in WORLD_VARIABLES}
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in WORLD_VARIABLES and not k.startswith(WORLD_PREFIX)}
     env = {**inherited, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
            # the jobs run this physlm, also from a source checkout that is not installed
            "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT,
@@ -213,4 +220,4 @@ def _record(run: RunJob, state: str, stage: str, pid: int | None = None,
     record = {"executor": "local", "state": state, "stage": stage, "host": socket.gethostname(),
               "pid": pid, "started": pid and process_start(pid), "exit_code": code, "error": error,
               "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    atomic_write(run.run_dir / JOB, (json.dumps(record, indent=1) + "\n").encode())
+    atomic_write(inside(run.run_dir, JOB), (json.dumps(record, indent=1) + "\n").encode())

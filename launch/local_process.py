@@ -5,10 +5,24 @@ would otherwise leave its jobs training unsupervised, in sessions of their own).
 import ctypes
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _JOB_MODULE = "launch.cli"  # every job is `python -m launch.cli train|eval ...`
+
+
+def _find_prctl() -> Callable[..., int] | None:
+    """libc's prctl, or None where there is none (not Linux)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# looked up here, in the executor: after a fork in a parent with threads, loading a library
+# (dlopen takes locks another thread may have held) could hang the child
+_PRCTL = _find_prctl()
 
 
 def process_start(pid: int) -> str | None:
@@ -43,9 +57,8 @@ def die_with_parent(executor: int) -> None:
     """In a job's process before it starts (Popen's preexec_fn, with the executor's pid): on
     Linux, have the kernel send SIGTERM, on which physlm train saves a checkpoint, when the
     executor dies however it dies (`kill -9` too)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: a next launch names the jobs left running
+    if _PRCTL is None:  # not Linux: a next launch names the jobs left running
         return
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != executor:  # it died before prctl: no signal would come
         os.kill(os.getpid(), signal.SIGTERM)

@@ -26,17 +26,20 @@ from omegaconf import OmegaConf
 from omegaconf._utils import get_omega_conf_dumper
 
 from corpus_gen.core.config import CorpusConfig, config_dict
-from corpus_gen.core.io import atomic_write
+from corpus_gen.core.io import LOCK, atomic_write, lock_holder
 from launch.experiment import corpus_dir
 from launch.suite import finetune_from, is_suite, load_suite
 from launch.sweep import NAME_MAX, is_sweep, load_sweep
 from trainer.config import Experiment, load_experiment
 from trainer.errors import TrainError
-from trainer.run_dir import CONFIG
+from trainer.run_dir import read_run_config
 
 PLAN = "plan.json"
 RUN_RECORD = "sweep.json"
 EXPERIMENT_FILE = "experiment.yaml"
+PLAN_DIR = "plan"  # the corpora's resolved configs
+SLURM_DIR = "slurm"  # physlm submit's scripts, job records and logs
+PLAN_OWN = (PLAN, PLAN_DIR, SLURM_DIR)  # what a plan keeps under its root besides its runs
 
 
 @dataclass
@@ -114,7 +117,7 @@ def _plan(name: str, kind: str, root: Path, source: str, axes: list[str],
         out = dirs[id(experiment.corpus)]
         if out not in corpora:
             corpora[out] = CorpusJob(out.name, experiment.corpus, out,
-                                     root / "plan" / f"corpus-{out.name}.yaml", after)
+                                     root / PLAN_DIR / f"corpus-{out.name}.yaml", after)
         runs[run_name] = RunJob(run_name, experiment, run_dir, corpora[out], parent, values)
         for path in (run_dir, out, corpora[out].config_file):
             _refuse_long_name(path)
@@ -151,10 +154,12 @@ _NOT_RESULTS = ("name", "corpus_dir", "train.wandb", "train.resume", "model.voca
                 "model.ctx")
 
 
-def settle_changed(plan: Plan, redo: bool, log: Callable[[str], None] = print) -> None:
+def settle_changed(plan: Plan, redo: bool, log: Callable[[str], None] = print,
+                   dry_run: bool = False) -> None:
     """Refuse the plan while a run directory holds a run trained (even in part) with settings
     the plan now changes: it would be kept as done, or resumed, and its results reported under
-    settings it never had. With `redo`, move each such run aside (`move_aside`) instead."""
+    settings it never had. With `redo`, move each such run aside (`move_aside`) instead; on a
+    `dry_run`, only say so."""
     for run in plan.runs:
         change = config_change(run)
         if change is None:
@@ -163,8 +168,15 @@ def settle_changed(plan: Plan, redo: bool, log: Callable[[str], None] = print) -
             raise TrainError(f"run {run.name}: {run.run_dir} was trained with other settings "
                              f"({change}); pass --redo-changed to move it aside and train it "
                              "again, or restore the setting")
+        if dry_run:
+            log(f"run    | {run.name}: trained with other settings ({change}); would be moved "
+                f"to {run.run_dir.parent}/replaced-<time>/ and trained again (a dry run moves "
+                "nothing)")
+            continue
+        # a run directory that is the plan's root keeps the plan's own files
+        keep = PLAN_OWN if run.run_dir == plan.root else ()
         try:
-            aside = move_aside(run.run_dir)
+            aside = move_aside(run.run_dir, keep)
         except OSError as exc:
             raise TrainError(f"run {run.name}: cannot move {run.run_dir} aside: "
                              f"{exc.strerror or exc}") from None
@@ -177,15 +189,15 @@ def config_change(run: RunJob) -> str | None:
     experiment in the plan now changes, as `key: then -> now`; None if none (or nothing was
     trained there yet). A key only one side has (an option added since) counts as unchanged."""
     try:
-        trained = yaml.safe_load((run.run_dir / CONFIG).read_text())
-    except (OSError, yaml.YAMLError):  # none yet, or damaged: training rewrites it
+        trained = read_run_config(run.run_dir)
+    except TrainError:  # none yet, or damaged: training rewrites it
         return None
     experiment = run.experiment
     now = json.loads(json.dumps({"corpus": config_dict(experiment.corpus),
                                  "model": asdict(experiment.model),
                                  "train": asdict(experiment.train),
                                  "eval": asdict(experiment.eval)}))
-    return _first_difference(trained, now, "") if isinstance(trained, dict) else None
+    return _first_difference(trained, now, "")
 
 
 def _first_difference(then: dict, now: dict, prefix: str) -> str | None:
@@ -202,12 +214,23 @@ def _first_difference(then: dict, now: dict, prefix: str) -> str | None:
     return None
 
 
-def move_aside(run_dir: Path) -> Path:
-    """Move a run directory to `replaced-<time>/<its name>` beside it, kept whole; the new
-    place."""
+def move_aside(run_dir: Path, keep: tuple[str, ...] = ()) -> Path:
+    """Move a run directory to `replaced-<time>/<its name>` beside it, kept whole but for the
+    names in `keep`, which stay; the new place. Refused while a `physlm train` or `eval` holds
+    the directory's lock: moving it would leave that process writing in the moved copy."""
+    holder = lock_holder(run_dir / LOCK)
+    if holder is not None:
+        raise TrainError(f"{run_dir}: {holder} works in it, so it cannot be moved aside now; "
+                         "wait for it to finish, or stop it, and launch again")
     aside = run_dir.parent / f"replaced-{time.strftime('%Y%m%d-%H%M%S')}" / run_dir.name
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    run_dir.rename(aside)
+    if not keep:  # the directory (or its link) whole
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(aside)
+        return aside
+    aside.mkdir(parents=True)
+    for entry in run_dir.iterdir():
+        if entry.name not in keep:
+            entry.rename(aside / entry.name)
     return aside
 
 

@@ -20,7 +20,6 @@ config matches the paper's setting.
 
 import csv
 import io
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -30,8 +29,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from corpus_gen.core.io import TMP_MARK
+from corpus_gen.core.io import TMP_MARK, read_json_file
 from trainer.errors import TrainError
+from trainer.run_dir import EVAL, read_run_config
+from trainer.tracking import read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -126,18 +127,9 @@ def read_run(path: Path, label: str) -> Run:
     not a run or cannot be read."""
     if not path.is_dir():
         raise TrainError(f"{path}: not a run directory (no such directory)")
-    config_path = path / "config.yaml"
-    if not config_path.is_file():
-        raise TrainError(f"{path}: not a run directory (no config.yaml)")
-    try:
-        config = yaml.safe_load(config_path.read_text())
-    except yaml.YAMLError as exc:
-        raise TrainError(f"{config_path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise TrainError(f"{config_path}: not a run's config (a mapping with name, corpus, ...)")
-    run = Run(path, label, config, _read_log(path / "metrics.jsonl"))
-    for result_path in sorted((path / "eval").glob("*.json")):
-        result = _read_json(result_path)
+    run = Run(path, label, read_run_config(path), read_metrics(path))
+    for result_path in sorted((path / EVAL).glob("*.json")):
+        result = read_json_file(result_path, TrainError)
         task = result_path.stem
         run.evaluated[task] = result.get("step")
         found = with_no_data(flatten({k: v for k, v in result.items()
@@ -152,29 +144,6 @@ def read_run(path: Path, label: str) -> Run:
             run.metrics[f"train/{key}"] = logged[-1][key]
             run.steps[f"train/{key}"] = logged[-1].get("step")
     return run
-
-
-def _read_log(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    lines = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                lines.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise TrainError(f"{path} line {number}: not valid JSON") from None
-    return lines
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        result = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TrainError(f"{path}: not valid JSON (line {exc.lineno})") from None
-    if not isinstance(result, dict):
-        raise TrainError(f"{path}: not an evaluation result (a JSON object)")
-    return result
 
 
 def _labels(paths: list[Path]) -> list[str]:

@@ -40,7 +40,7 @@ from corpus_gen.core.manifest import recorded_entries
 from corpus_gen.core.registry import get_family
 from launch.experiment import corpus_finished
 from launch.local import PACKAGE_ROOT
-from launch.plan import CorpusJob, Plan, RunJob, write_plan
+from launch.plan import SLURM_DIR, CorpusJob, Plan, RunJob, settle_changed, write_plan
 from launch.slurm_status import JOBS, LOGS, RECORDS, job_name, query, read_jobs, squeue
 from launch.status import evaluated, trained
 from trainer.errors import TrainError
@@ -211,18 +211,21 @@ class _Context:
 
 
 def submit(plan: Plan, slurm: SlurmConfig, dry_run: bool,
-           log: Callable[[str], None] = print) -> list[Submission]:
+           log: Callable[[str], None] = print, redo_changed: bool = False) -> list[Submission]:
     """Write the plan's files and the scripts of what is not done yet, and submit them in
     dependency order (on `dry_run`, print the sbatch commands instead). Each job submitted is
-    recorded in `<root>/slurm/jobs.json` at once, so a refusal leaves the earlier ones listed."""
+    recorded in `<root>/slurm/jobs.json` at once, so a refusal leaves the earlier ones listed.
+    A run directory trained with other settings is refused, or with `redo_changed` moved aside
+    (`settle_changed`), once none of the plan's jobs is queued any more."""
     sbatch = shutil.which("sbatch")
     if not dry_run and sbatch is None:
         raise TrainError("sbatch not found on PATH; physlm submit --dry-run writes the scripts "
                          "without it")
-    directory = (plan.root / "slurm").resolve()
+    directory = (plan.root / SLURM_DIR).resolve()
     if not dry_run:
         _refuse_queued(directory / JOBS)
         _refuse_cpus_no_node_has(slurm)
+    settle_changed(plan, redo_changed, log, dry_run)  # before the plan's files are written again
     write_plan(plan)
     for folder in (LOGS, RECORDS):  # sbatch does not create the logs' folder
         (directory / folder).mkdir(parents=True, exist_ok=True)
@@ -390,7 +393,8 @@ def _launch(slurm: SlurmConfig) -> str:
     """The command line that starts one training process per GPU (per node: `nodes` of them)."""
     processes = max(slurm.gpus_per_node, 1)
     if slurm.launcher == "srun":
-        return f"srun --ntasks-per-node={processes} {slurm.python}"
+        # a rank that fails alone ends the others, which would wait for it forever
+        return f"srun --ntasks-per-node={processes} --kill-on-bad-exit=1 {slurm.python}"
     return " \\\n    ".join([
         f"srun --ntasks-per-node=1 {slurm.python} -m torch.distributed.run",  # torchrun
         f'--nnodes="$SLURM_NNODES" --nproc_per_node={processes}',

@@ -13,9 +13,12 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.io import parse_json
 from launch.job_log import last_error
 from trainer.errors import TrainError
 
@@ -76,7 +79,7 @@ def read_jobs(path: Path) -> list[dict]:
         return json.loads(path.read_text())["jobs"]
     except FileNotFoundError:
         return []
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, RecursionError, KeyError, TypeError) as exc:
         raise TrainError(f"{path}: unreadable ({type(exc).__name__}: {exc}); move it aside "
                          "to submit again") from None
 
@@ -236,10 +239,8 @@ def _events(path: Path) -> list[dict]:
         return []
     events = []
     for line in lines:
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
+        with suppress(CorpusError):
+            events.append(parse_json(line, str(path)))
     return [event for event in events if isinstance(event, dict)]
 
 

@@ -1,6 +1,6 @@
 """`physlm status`: each run's state, read from its directory and, where it ran under Slurm,
 from its jobs (launch.slurm_status): pending, running, needs eval (trained, not evaluated),
-eval failed, done, or failed with the last error line.
+eval failed, done, failed with the last error line, or damaged (its metrics.jsonl, in one line).
 
 A run is done when its latest checkpoint is at train.max_steps and every task of eval.tasks
 was evaluated at that step; the step and loss come from `metrics.jsonl`: the last logged while
@@ -9,25 +9,23 @@ it trains, the checkpoint's (where it resumes) while it waits. The local executo
 `log.txt`.
 """
 
-import json
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from corpus_gen.core.io import LOCK, lock_holder
+from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.io import LOCK, lock_holder, read_json_file
 from launch.job_log import last_error
 from launch.local_process import is_job_process
-from launch.plan import RUN_RECORD, Plan, PlannedRun, find_root, planned_runs, read_plan
+from launch.plan import PLAN, RUN_RECORD, Plan, PlannedRun, find_root, planned_runs, read_plan
 from launch.slurm_status import slurm_states
 from trainer.errors import TrainError
+from trainer.run_dir import CHECKPOINTS, CONFIG, EVAL, JOB, LATEST, LOG, read_run_config, step_of
+from trainer.tracking import read_metrics
 
-JOB = "job.json"  # the local executor's record of a run's job
-LOG = "log.txt"  # the output of a run's jobs, appended
 STATES = ("pending", "running", "needs eval", "done", "eval failed", "failed")
-FAILED = ("failed", "eval failed")
+FAILED = ("failed", "eval failed", "damaged")
 
 
 @dataclass
@@ -43,18 +41,17 @@ class RunStatus:
 
 def checkpoint_step(run_dir: Path) -> int:
     """The step of the run's latest checkpoint (0 if none), from the `latest` pointer."""
-    pointer = run_dir / "checkpoints" / "latest"
     try:
-        return int(pointer.read_text().strip().removeprefix("step-"))
-    except (OSError, ValueError):
+        return step_of((run_dir / CHECKPOINTS / LATEST).read_text().strip()) or 0
+    except (OSError, ValueError):  # ValueError: not UTF-8
         return 0
 
 
 def evaluated_at(run_dir: Path, task: str) -> int | None:
-    """The step a task's results were computed at, None if not evaluated."""
+    """The step a task's results were computed at, None if not evaluated (or unreadable)."""
     try:
-        return int(json.loads((run_dir / "eval" / f"{task}.json").read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(read_json_file(run_dir / EVAL / f"{task}.json")["step"])
+    except (OSError, CorpusError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -72,17 +69,9 @@ def run_finished(run_dir: Path, max_steps: int, tasks: list[str]) -> bool:
     return trained(run_dir, max_steps) and evaluated(run_dir, max_steps, tasks)
 
 
-def last_metrics(run_dir: Path, up_to: int | None = None) -> dict:
-    """The last line of metrics.jsonl, or the last of a step <= `up_to` ({} if none)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return {}
-    for line in reversed(lines):
-        try:
-            metrics = json.loads(line)
-        except ValueError:  # a line being written
-            continue
+def last_metrics(logged: list[dict], up_to: int | None = None) -> dict:
+    """The last logged line (of `read_metrics`), or the last of a step <= `up_to` ({} if none)."""
+    for metrics in reversed(logged):
         if up_to is None or int(metrics.get("step", 0)) <= up_to:
             return metrics
     return {}
@@ -90,8 +79,8 @@ def last_metrics(run_dir: Path, up_to: int | None = None) -> dict:
 
 def read_job(run_dir: Path) -> dict:
     try:
-        return json.loads((run_dir / JOB).read_text())
-    except (OSError, ValueError):
+        return read_json_file(run_dir / JOB)
+    except (OSError, CorpusError):
         return {}
 
 
@@ -124,9 +113,14 @@ def working(run_dir: Path, job: dict) -> str | None:
 
 
 def run_status(run: PlannedRun, shown: str, slurm: dict[str, tuple[str, str]]) -> RunStatus:
+    try:
+        logged = read_metrics(run.run_dir)
+    except TrainError as exc:  # one damaged run is a row of its own, never the whole table
+        return RunStatus(run.name, shown, "damaged", 0, run.max_steps, None, str(exc))
+
     def status(state: str, detail: str = "", waiting: bool = False) -> RunStatus:
         # a run waiting to go on resumes from its checkpoint, not from its last logged step
-        metrics = last_metrics(run.run_dir, checkpoint_step(run.run_dir) if waiting else None)
+        metrics = last_metrics(logged, checkpoint_step(run.run_dir) if waiting else None)
         return RunStatus(run.name, shown, state, int(metrics.get("step", 0)), run.max_steps,
                          metrics.get("loss"), detail)
 
@@ -153,7 +147,7 @@ def run_status(run: PlannedRun, shown: str, slurm: dict[str, tuple[str, str]]) -
                    if (evaluated_at(run.run_dir, task) or 0) < run.max_steps]
         return status("needs eval", f"trained; not evaluated: {', '.join(missing)}",
                       waiting=True)
-    if last_metrics(run.run_dir):
+    if logged:
         return status("pending", saved(run.run_dir), waiting=True)
     return status("pending", f"after {run.parent}" if run.parent else "")
 
@@ -161,11 +155,17 @@ def run_status(run: PlannedRun, shown: str, slurm: dict[str, tuple[str, str]]) -
 def plan_runs(path: Path) -> tuple[Path | None, list[PlannedRun]]:
     """The runs `path` names: a plan's root, a run of a plan, or a lone run directory
     (config.yaml)."""
-    if path.is_dir() and not (path / RUN_RECORD).exists() and (path / "config.yaml").exists() \
-            and not (path / "plan.json").exists():
-        config = OmegaConf.load(path / "config.yaml")
-        return None, [PlannedRun(str(config.name), path, {}, Path(str(config.corpus_dir)),
-                                 None, int(config.train.max_steps), list(config.eval.tasks))]
+    if path.is_dir() and not (path / RUN_RECORD).exists() and (path / CONFIG).exists() \
+            and not (path / PLAN).exists():
+        config = read_run_config(path)
+        try:
+            return None, [PlannedRun(str(config["name"]), path, {}, Path(config["corpus_dir"]),
+                                     None, int(config["train"]["max_steps"]),
+                                     list(config["eval"]["tasks"]))]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TrainError(f"{path / CONFIG}: damaged run config: it needs name, corpus_dir, "
+                             f"train.max_steps and eval.tasks ({type(exc).__name__}: {exc})"
+                             ) from None
     root = find_root(path)
     _, runs = read_plan(root)
     if path.is_dir() and path.resolve() != root.resolve() and (path / RUN_RECORD).exists():

@@ -42,13 +42,14 @@ while :; do
 done
 
 # A clean stop is recorded in RUN/stopped.json: under torchrun the workers then exit 0 (any other
-# code would be reported as a failure), under srun 75. Stopped on request (the trap fired and the
-# trainer did not finish): requeue; stopped otherwise (`touch RUN/.stop`): not done, exit 75.
+# code would be reported as a failure), under srun 75. Stopped cleanly on request (the trap
+# fired): requeue; stopped otherwise (`touch RUN/.stop`): not done, exit 75. A trainer that
+# failed after the request, with no clean stop recorded, failed: its exit status, no requeue.
 stopped=0
 if [ -f "$run_dir/stopped.json" ] && { [ "$status" = 0 ] || [ "$status" = 75 ]; }; then
     stopped=1
 fi
-if [ "$stop_requested" = 1 ] && { [ "$stopped" = 1 ] || [ "$status" != 0 ]; }; then
+if [ "$stop_requested" = 1 ] && [ "$stopped" = 1 ]; then
     echo "physlm: stopped before the time limit with a checkpoint; requeueing job $SLURM_JOB_ID"
     # recorded first: requeueing ends this script
     end_recorded=1

@@ -42,11 +42,11 @@ def record_eval_set(corpus: Path, name: str) -> None:
     """Record `eval/<name>.jsonl` in the corpus's manifest (a bare one where there is none) with
     the file's sha256, as physlm gen would: a set a test wrote or edited, which evaluation then
     trusts."""
-    from corpus_gen.core.io import sha256_file
-    from corpus_gen.core.manifest import FORMAT, MANIFEST, read_json, write_json
+    from corpus_gen.core.io import read_json_file, sha256_file
+    from corpus_gen.core.manifest import FORMAT, MANIFEST, write_json
 
     path = corpus / MANIFEST
-    manifest = (read_json(path) if path.exists()
+    manifest = (read_json_file(path) if path.exists()
                 else {"format": FORMAT, "shards": [], "tokenizer": {}, "eval": []})
     listed = f"eval/{name}.jsonl"
     manifest["eval"] = [e for e in manifest["eval"] if e["name"] != listed]

@@ -186,7 +186,7 @@ def test_a_grammar_at_the_limits_loads():
 def test_a_grammar_file_nested_too_deep_is_one_line_naming_it(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text('{"levels": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    with pytest.raises(GrammarError, match=f"^{path}: cannot read a grammar JSON: maximum "
+    with pytest.raises(GrammarError, match=f"^{path}: not JSON \\(maximum "
                                            "recursion depth exceeded"):
         load_grammar(str(path))
 
@@ -218,7 +218,7 @@ def test_the_official_format_needs_terminals_on_the_last_level():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("{not json", "cannot read a grammar JSON"),
+    ("{not json", "broken.json: not JSON \\(Expecting property name"),
     ("[1, 2]", "a grammar JSON has `levels` \\(physlm\\) or `all` \\(cfg3 tables\\)"),
     ('{"name": "x"}', "a grammar JSON has `levels`"),
     ('{"all": 3}', "malformed grammar"),

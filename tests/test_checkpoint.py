@@ -306,10 +306,9 @@ def _truncate(file: Path) -> None:
 
 DAMAGES = {  # how a file of the newest checkpoint is damaged -> the start of what is said
     "meta.json torn": (lambda p: (p / "meta.json").write_text('{"step": 4, "model'),
-                       "meta.json: cannot be read (Unterminated string"),
+                       "meta.json: not JSON (Unterminated string"),
     "meta.json not a mapping": (lambda p: (p / "meta.json").write_text("[4]"),
-                                "meta.json: not a checkpoint's meta.json (no step or "
-                                "model_config or tokenizer_sha256 of the right type)"),
+                                "meta.json: not a JSON object"),
     "meta.json without its step": (
         lambda p: (p / "meta.json").write_text(json.dumps(
             {k: v for k, v in checkpoint.read_meta(p).items() if k != "step"})),
@@ -352,7 +351,7 @@ def test_resume_with_no_intact_checkpoint_is_one_line_and_touches_nothing(corpus
     with pytest.raises(TrainError) as caught:
         train(_experiment(tmp_path, "train.max_steps=2", "train.ckpt_every=2"), run, corpus)
     assert str(caught.value) == (
-        f"{meta}: cannot be read (Expecting value: line 1 column 1 (char 0)); no older "
+        f"{meta}: not JSON (Expecting value: line 1 column 1 (char 0)); no older "
         f"checkpoint in {run / 'checkpoints'} is intact either (resume=overwrite deletes them "
         "and starts over)")
     assert meta.read_text() == "" and [s for s, _ in _losses(run)] == [1, 2]
@@ -369,5 +368,5 @@ def test_eval_of_a_checkpoint_with_a_damaged_meta_is_one_line_naming_it(
     capsys.readouterr()
     assert main(["eval", str(run), "--task", "qa"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"physlm eval: error: {meta}: cannot be read (Expecting property name enclosed in "
+        f"physlm eval: error: {meta}: not JSON (Expecting property name enclosed in "
         "double quotes: line 1 column 2 (char 1))")

@@ -1,6 +1,7 @@
 """A corpus's JSON and YAML nested 200,000 deep (a manifest, a progress record, a corpus config)
 is one line naming the file, not a RecursionError traceback or a crashed process. (Grammar
-files: tests/test_cfg_grammar.py; eval sets: trainer/eval/eval_sets.py's tests.)"""
+files: tests/test_cfg_grammar.py; eval sets: tests/test_eval_sets.py; a run's files:
+tests/test_status_local.py, tests/test_report.py, tests/test_run_dir_safety.py.)"""
 
 import subprocess
 import sys
@@ -10,13 +11,15 @@ import pytest
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.manifest import MANIFEST, PROGRESS, recorded_entries
 from corpus_gen.core.verify import verify_corpus
+from launch.slurm_status import _events, read_jobs
+from trainer.errors import TrainError
 
 DEEP = "[" * 200_000 + "]" * 200_000
 
 
 def test_a_manifest_nested_too_deep_is_one_line_naming_it(tmp_path):
     (tmp_path / MANIFEST).write_text(DEEP)
-    with pytest.raises(CorpusError, match=f"^{tmp_path / MANIFEST}: unreadable: maximum "
+    with pytest.raises(CorpusError, match=f"^{tmp_path / MANIFEST}: not JSON \\(maximum "
                                           "recursion depth exceeded"):
         verify_corpus(tmp_path)
 
@@ -42,3 +45,17 @@ def test_a_corpus_config_nested_too_deep_is_one_line_not_a_crash(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
     assert done.stdout.startswith(f"{path}: not valid YAML: maximum recursion depth exceeded")
+
+
+def test_a_slurm_job_record_line_nested_too_deep_is_skipped_as_a_torn_one(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"event": "started"}\n' + DEEP + "\n")
+    assert _events(path) == [{"event": "started"}]
+
+
+def test_a_slurm_jobs_file_nested_too_deep_is_one_line(tmp_path):
+    path = tmp_path / "jobs.json"
+    path.write_text(DEEP)
+    with pytest.raises(TrainError, match=f"^{path}: unreadable \\(RecursionError: maximum "
+                                         "recursion depth exceeded"):
+        read_jobs(path)

@@ -186,6 +186,6 @@ def test_a_parent_with_a_damaged_meta_is_one_line_naming_the_file(parent, train_
                  "--run-dir", str(child), f"train.init_from={damaged}", "train.max_steps=1",
                  "train.warmup_steps=0"])
     assert code == 2 and capsys.readouterr().err.strip() == (
-        f"physlm train: error: train.init_from={damaged}: {meta}: cannot be read (Expecting "
+        f"physlm train: error: train.init_from={damaged}: {meta}: not JSON (Expecting "
         "',' delimiter: line 1 column 12 (char 11))")
     assert not (child / "checkpoints").exists()

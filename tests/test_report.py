@@ -257,11 +257,21 @@ def test_a_directory_that_is_not_a_run_stops_in_one_line_and_writes_nothing(tmp_
 
 @pytest.mark.parametrize("damage, message", [
     (lambda run: (run / "eval" / "qa.json").write_text('{"test": '),
-     "eval/qa.json: not valid JSON (line 1)"),
-    (lambda run: (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "lo\n'),
-     "metrics.jsonl line 2: not valid JSON"),
+     "eval/qa.json: not JSON (Expecting value: line 1 column 10 (char 9))"),
+    (lambda run: (run / "eval" / "qa.json").write_text("[" * 200_000 + "]" * 200_000),
+     "eval/qa.json: not JSON (maximum recursion depth exceeded while decoding a JSON array "
+     "from a unicode string)"),
+    (lambda run: (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n'),
+     "metrics.jsonl: line 2 is not JSON ('{\"step\": 2, \"lo'); only the last line can be cut "
+     "short by an interrupted write: mend or delete the line"),
     (lambda run: (run / "config.yaml").write_text("- a list\n"),
-     "config.yaml: not a run's config (a mapping with name, corpus, ...)"),
+     "config.yaml: damaged run config: not a mapping of settings"),
+    (lambda run: (run / "config.yaml").write_text("name: [unclosed\n"),
+     "config.yaml: damaged run config: while parsing a flow sequence in \"<unicode string>\", "
+     "line 1, column 7 did not find expected ',' or ']' in \"<unicode string>\", line 2, "
+     "column 1"),
+    (lambda run: (run / "config.yaml").write_text("name: " + "[" * 200_000 + "]" * 200_000),
+     "config.yaml: damaged run config: nested over 1000 deep"),
 ])
 def test_an_unreadable_run_file_is_named_in_one_line(tmp_path, capsys, damage, message):
     run = make_run(tmp_path, "run", _config("r"), {"qa": QA})
@@ -269,6 +279,17 @@ def test_an_unreadable_run_file_is_named_in_one_line(tmp_path, capsys, damage, m
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 2
     assert capsys.readouterr().err == f"physlm report: error: {run}/{message}\n"
     assert not (tmp_path / "rep").exists()
+
+
+def test_report_drops_a_torn_last_metrics_line_as_training_does(tmp_path, capsys):
+    """A disk that filled mid-line: the trainer resumes past the torn line, so the report reads
+    the log by the same rule (trainer.tracking.read_metrics) instead of refusing the run."""
+    run = make_run(tmp_path, "run", _config("r"), {"qa": QA})
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 61, "loss": 2.')
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    assert "| train/loss | 3.100 |" in capsys.readouterr().out  # step 60's, the last whole line
+    assert read_run(run, "run").log == LOG
 
 
 def test_an_out_directory_holding_anything_else_is_refused_untouched(tmp_path, capsys):

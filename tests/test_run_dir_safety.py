@@ -17,6 +17,8 @@ from launch.cli import main
 from trainer import tracking
 from trainer.engine import train
 from trainer.errors import Preempted, TrainError
+from trainer.preempt import STOPPED_FILE, StopRequest
+from trainer.run_dir import read_run_config
 from trainer.tracking import Tracker, read_metrics
 
 LINK_OUT = ("a symbolic link to {target}, outside the run directory; a run writes only inside "
@@ -134,7 +136,9 @@ def test_resume_drops_a_torn_last_metrics_line_and_continues(trained, train_corp
     torn = '{"step": 3, "loss": 6.3'
     with open(run / "metrics.jsonl", "a") as f:
         f.write(torn)  # a disk that filled (or a process killed) in the middle of a line
-    assert [m["step"] for m in read_metrics(run)] == [1, 2]  # status and report read it too
+    # physlm status and report read it by this same rule (tests/test_status_local.py,
+    # tests/test_report.py)
+    assert [m["step"] for m in read_metrics(run)] == [1, 2]
     capsys.readouterr()
 
     assert _train(tmp_path, train_corpus, run) == 0
@@ -277,3 +281,41 @@ def test_a_stop_after_the_wandb_service_died_is_still_a_clean_stop(train_corpus,
     assert err[1].startswith("physlm train: stopped at step 3 on request")
     assert _latest(run).name == "step-000003"
     assert [m["step"] for m in read_metrics(run)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("text, reason", [
+    (b"name: [unclosed\n", "while parsing a flow sequence in \"<unicode string>\", line 1, "
+     "column 7 did not find expected ',' or ']' in \"<unicode string>\", line 2, column 1"),
+    (b"- a list\n", "not a mapping of settings"),
+    (b"name: caf\xe9\n", "'utf-8' codec can't decode byte 0xe9 in position 9: invalid "
+     "continuation byte"),
+    # libyaml's parser would overflow the C stack (the process killed by SIGSEGV)
+    (b"name: " + b"[" * 200_000 + b"]" * 200_000, "nested over 1000 deep"),
+], ids=["not-yaml", "not-a-mapping", "not-utf8", "too-deep"])
+def test_a_damaged_run_config_is_one_line_naming_it(tmp_path, text, reason):
+    """The one reader of a run's config.yaml (eval, status, report, a relaunched sweep)."""
+    (tmp_path / "config.yaml").write_bytes(text)
+    with pytest.raises(TrainError) as caught:
+        read_run_config(tmp_path)
+    assert str(caught.value) == f"{tmp_path / 'config.yaml'}: damaged run config: {reason}"
+
+
+def test_a_full_disk_at_a_clean_stop_warns_and_the_stop_stays_a_stop(tmp_path, monkeypatch,
+                                                                     capsys):
+    """stopped.json cannot be written: a one-line warning, not an error turning exit 75 (a
+    clean stop, its checkpoint saved) into exit 2."""
+    stop = StopRequest(tmp_path)
+    stop.watch_file()
+    (tmp_path / ".stop").touch()
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    stop.done(4, tmp_path / "checkpoints" / "step-000004")
+    assert capsys.readouterr().err == (
+        f"train  | warning: {tmp_path / STOPPED_FILE}: cannot write it: No space left on device "
+        "(ENOSPC); nothing else was written: free space (or make the run directory writable) and "
+        "run again\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary left, stop file served

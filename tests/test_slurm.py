@@ -1,7 +1,8 @@
 """`physlm submit`: a plan's corpora, trainings and evaluations as Slurm batch scripts rendered
 from the templates in slurm/, submitted through fake sbatch/squeue/sacct/scontrol/srun
 (tests/fake_slurm/) with their dependencies, resubmitting only what is not done; the rendered
-scripts run locally with bash write a plain gen's bytes and requeue a run stopped on USR1."""
+scripts run locally with bash write a plain gen's bytes, and a trainer that crashes after USR1
+fails without a requeue (a clean stop on USR1 is requeued: tests/test_preempt_slurm.py)."""
 
 import hashlib
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from corpus_gen.core.errors import ConfigError
-from corpus_gen.core.generate import corpus_fingerprint, generate_corpus, shard_name
+from corpus_gen.core.generate import corpus_fingerprint, shard_name
 from corpus_gen.core.manifest import PROGRESS, record_progress
 from launch.plan import load_plan
 from launch.slurm import array_spec, load_slurm_config, submit
@@ -220,7 +221,9 @@ def test_resources_from_each_layer_land_in_the_scripts(work):
     submit(plan, config, dry_run=True, log=lambda _: None)
     train = (plan.root / "slurm" / "train-sw.sh").read_text()
     assert "--ntasks-per-node=4" in sbatch_lines(train) and "--requeue" in sbatch_lines(train)
-    assert "srun --ntasks-per-node=4 python \\\n    -m launch.cli train" in train
+    # a rank failing alone ends the others, which would wait for it until the time limit
+    assert "srun --ntasks-per-node=4 --kill-on-bad-exit=1 python \\\n    -m launch.cli train" \
+        in train
     assert not any(o.startswith("--signal") for o in sbatch_lines(train))
 
 
@@ -483,43 +486,43 @@ def test_the_gen_scripts_run_with_bash_write_the_bytes_of_a_plain_gen(work):
     assert ours == theirs
 
 
-def test_the_train_script_requeues_on_usr1_and_the_requeued_job_resumes(work, fake_slurm):
-    plan = load_plan(Path("exp.yaml"), ["train.max_steps=300"])
-    config = load_slurm_config(plan, None, ["launcher=srun", "gpus_per_node=0",
-                                            f"python={sys.executable}"])
-    jobs = submit(plan, config, dry_run=True, log=lambda _: None)
-    corpus, run_dir = plan.corpora[0], plan.runs[0].run_dir
-    generate_corpus(corpus.config, corpus.out, progress=False, log=lambda _: None)
-    train = next(job.script for job in jobs if job.kind == "train")
-    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node1",
-           "SLURM_ARRAY_TASK_ID": "0", "OMP_NUM_THREADS": "1"}
-    log = work / "train.log"
-    with open(log, "w") as out:
-        job = subprocess.Popen(["bash", str(train)], env=env, stdout=out, stderr=out)
-        metrics = run_dir / "metrics.jsonl"
-        deadline = time.monotonic() + 120
-        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-            assert job.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.01)
-        job.send_signal(signal.SIGUSR1)  # to the batch shell only, as --signal=B: does
-        assert job.wait(timeout=120) == 0, log.read_text()
-    assert (fake_slurm / "scontrol.log").read_text() == "requeue 4242\n"
-    record = plan.root / "slurm" / "records" / "4242_0.jsonl"  # what `physlm status` reads
-    assert [json.loads(line)["event"] for line in record.read_text().splitlines()] == [
-        "started", "requeued"]
-    stopped = int((run_dir / "checkpoints" / "latest").read_text().removeprefix("step-"))
-    assert 3 <= stopped < 300 and not (run_dir / ".stop").exists()
-    assert f"stopped at step {stopped} on request" in log.read_text()
+CRASHING_TRAINER = """\
+#!/bin/bash
+# a trainer (python -m launch.cli train EXP --run-dir RUN --corpus C) that crashes once a stop
+# is asked, before it records a clean stop
+run_dir=$6
+touch "$run_dir/trainer-started"
+while [ ! -e "$run_dir/.stop" ]; do sleep 0.02; done
+echo "RuntimeError: the trainer crashed while stopping" >&2
+exit 1
+"""
 
-    again = subprocess.run(["bash", str(train)], env=env, capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
-    assert f"resumed from {run_dir.resolve()}/checkpoints/step-{stopped:06d} (step {stopped} " \
-           "of 300)" in again.stdout
-    assert (run_dir / "checkpoints" / "latest").read_text() == "step-000300"
-    assert (fake_slurm / "scontrol.log").read_text() == "requeue 4242\n"  # not requeued again
+
+def test_a_trainer_crashing_after_usr1_is_a_failure_not_a_requeue(work, fake_slurm):
+    python = work / "crashing-python"
+    python.write_text(CRASHING_TRAINER)
+    python.chmod(0o755)
+    plan = load_plan(Path("exp.yaml"), [])
+    config = load_slurm_config(plan, None, ["launcher=srun", "gpus_per_node=0",
+                                            f"python={python}"])
+    jobs = submit(plan, config, dry_run=True, log=lambda _: None)
+    train = next(job.script for job in jobs if job.kind == "train")
+    run_dir = plan.runs[0].run_dir
+    env = {**os.environ, "SLURM_JOB_ID": "4343", "SLURM_JOB_NODELIST": "node1",
+           "SLURM_ARRAY_TASK_ID": "0"}
+    job = subprocess.Popen(["bash", str(train)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while not (run_dir / "trainer-started").exists():
+        assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()
+        time.sleep(0.01)
+    job.send_signal(signal.SIGUSR1)  # to the batch shell only, as --signal=B: does
+    assert job.wait(timeout=30) == 1
+    assert "the trainer crashed while stopping" in job.stdout.read()
+    assert not (fake_slurm / "scontrol.log").exists()  # not requeued
+    record = plan.root / "slurm" / "records" / "4343_0.jsonl"  # what `physlm status` reads
     assert [(event["event"], event.get("exit_code")) for event in
-            map(json.loads, record.read_text().splitlines())][2:] == [("started", None),
-                                                                      ("ended", 0)]
+            map(json.loads, record.read_text().splitlines())] == [("started", None), ("ended", 1)]
 
 
 def test_an_array_spec_writes_runs_of_indices_as_ranges_with_the_cap():

@@ -84,3 +84,41 @@ def test_a_status_probe_of_the_lock_never_refuses_a_trainer_starting_at_that_mom
         threading.Timer(0.1, fcntl.flock, (probe, fcntl.LOCK_UN)).start()
         with directory_lock(run_dir, "physlm train", LOCK):  # waits out the probe
             assert (run_dir / LOCK).read_text().startswith("physlm train (pid ")
+
+
+def test_status_reads_metrics_as_training_does(tmp_path, capsys):
+    """One rule for every reader of metrics.jsonl (trainer.tracking.read_metrics): a last line
+    cut short by a full disk is left out; a damaged line before it is one line naming it."""
+    run_dir = trained_run(tmp_path / "run", logged=130, saved=None)
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"step": 140, "lo')
+    with directory_lock(run_dir, "physlm train", LOCK):  # training: its last line is shown
+        assert main(["status", str(run_dir)]) == 0
+    assert f"| {run_dir} | running | 130/600 | 4.7000 | physlm train (pid " in \
+        capsys.readouterr().out
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('\n{"step": 150, "loss": 4.5}\n')  # the torn line is no longer the last
+    other = trained_run(tmp_path / "other", logged=130, saved=100)
+    rows = {row.run: row for row in statuses(run_dir) + statuses(other)}
+    assert main(["status", str(run_dir)]) == 1  # a row of its own: other runs still show
+    assert (rows[str(run_dir)].state, rows[str(run_dir)].detail) == ("damaged", (
+        f"{run_dir / 'metrics.jsonl'}: line 14 is not JSON ('{{\"step\": "
+        "140, \"lo'); only the last line can be cut short by an interrupted write: "
+        "mend or delete the line"))
+    assert (rows[str(other)].state, rows[str(other)].step) == ("pending", 100)
+
+
+def test_status_of_results_nested_too_deep_or_a_damaged_config_is_one_line(tmp_path, capsys):
+    run_dir = trained_run(tmp_path / "run", logged=600, saved=600)
+    deep = "[" * 200_000 + "]" * 200_000
+    (run_dir / "eval").mkdir()
+    (run_dir / "eval" / "qa.json").write_text(deep)  # not a result: the run still needs eval
+    (run_dir / "job.json").write_text(deep)  # no record of a job
+    row, = statuses(run_dir)
+    assert (row.state, row.step, row.detail) == ("needs eval", 600, "trained; not evaluated: qa")
+    (run_dir / "config.yaml").write_text("name: quick\ntrain: {max_steps: 600\n")
+    assert main(["status", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (
+        f"physlm status: error: {run_dir / 'config.yaml'}: damaged run config: while parsing a "
+        "flow mapping in \"<unicode string>\", line 2, column 8 did not find expected ',' or '}' "
+        "in \"<unicode string>\", line 3, column 1\n")

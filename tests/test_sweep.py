@@ -14,6 +14,7 @@ from launch.cli import main
 from launch.plan import load_plan, read_plan, write_plan
 from launch.status import statuses
 from launch.sweep import load_sweep
+from tests.test_slurm import fake_slurm  # noqa: F401 (fixture)
 from trainer.config import load_experiment
 
 BASE = """\
@@ -540,3 +541,135 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _trained_with_other_settings(tmp_path, monkeypatch):
+    """A sweep whose one run directory holds a run trained with model.d_model 16, where the
+    plan now says 32; its path and plan."""
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, "grid: {model.pos: [rope]}\n")
+    plan = load_plan(path, [])
+    write_plan(plan)
+    _trained_as(plan.runs[0], **{"model.d_model": 16})
+    return path, plan
+
+
+def test_a_dry_run_with_redo_changed_moves_nothing_and_says_what_it_would_move(
+        tmp_path, monkeypatch, capsys):
+    path, plan = _trained_with_other_settings(tmp_path, monkeypatch)
+    run_dir = plan.runs[0].run_dir
+    assert main(["submit", str(path), "--dry-run", "--redo-changed"]) == 0
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step-000004"
+    assert not list((tmp_path / "runs/sweep").glob("replaced-*"))
+    assert (f"run    | pos-rope: trained with other settings (model.d_model: 16 -> 32); would "
+            f"be moved to {run_dir.parent}/replaced-<time>/ and trained again (a dry run moves "
+            "nothing)") in capsys.readouterr().out
+
+
+def test_redo_changed_moves_nothing_while_the_plans_jobs_are_queued(
+        tmp_path, monkeypatch, capsys, fake_slurm):  # noqa: F811 (fixture)
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, "grid: {model.pos: [rope]}\n")
+    assert main(["submit", str(path)]) == 0  # jobs 1001-1005: gen x3, train, eval
+    run = load_plan(path, []).runs[0]
+    _trained_as(run, **{"model.d_model": 16})
+    (fake_slurm / "squeue.txt").write_text("1004_0|RUNNING|None\n")
+    capsys.readouterr()
+    assert main(["submit", str(path), "--redo-changed"]) == 2
+    assert "still queued or running: 1004 (train sweep)" in capsys.readouterr().err
+    assert (run.run_dir / "checkpoints" / "latest").read_text() == "step-000004"  # in its place
+
+
+def test_redo_changed_moves_an_experiments_run_files_aside_and_keeps_its_plan_and_jobs(
+        tmp_path, monkeypatch, fake_slurm):  # noqa: F811 (fixture)
+    monkeypatch.chdir(tmp_path)
+    write_sweep(tmp_path, "")
+    assert main(["submit", "base.yaml"]) == 0
+    plan = load_plan(tmp_path / "base.yaml", [])
+    root = plan.root
+    assert plan.runs[0].run_dir == root  # an experiment's run directory is its plan's root
+    _trained_as(plan.runs[0], **{"model.d_model": 16})
+    assert main(["submit", "base.yaml", "--redo-changed"]) == 0
+    aside, = root.parent.glob(f"replaced-*/{root.name}")
+    assert (aside / "checkpoints" / "latest").read_text() == "step-000004"
+    assert sorted(p.name for p in aside.iterdir()) == [
+        "checkpoints", "config.yaml", "eval", "experiment.yaml", "sweep.json"]
+    assert not (root / "checkpoints").exists() and (root / "plan.json").is_file()
+    # the jobs submitted before (1001-1005) are still listed, the new ones after them
+    listed = json.loads((root / "slurm" / "jobs.json").read_text())["jobs"]
+    assert [job["id"] for job in listed] == [str(n) for n in range(1001, 1011)]
+
+
+def test_redo_changed_refuses_to_move_a_run_directory_a_trainer_works_in(
+        tmp_path, monkeypatch, capsys):
+    from corpus_gen.core.io import LOCK, directory_lock
+
+    path, plan = _trained_with_other_settings(tmp_path, monkeypatch)
+    run_dir = plan.runs[0].run_dir
+    with directory_lock(run_dir, "physlm train", LOCK):
+        assert main(["sweep", str(path), "--redo-changed"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"physlm sweep: error: {run_dir}: physlm train (pid ")
+    assert err.endswith(" works in it, so it cannot be moved aside now; wait for it to finish, "
+                        "or stop it, and launch again\n") and len(err.splitlines()) == 1
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step-000004"
+
+
+@pytest.mark.parametrize("name", ["log.txt", "job.json"])
+def test_the_local_executor_writes_no_log_or_job_record_through_a_link_out(
+        tmp_path, monkeypatch, name):
+    import launch.local
+    from trainer.errors import TrainError
+
+    monkeypatch.chdir(tmp_path)
+    plan = load_plan(write_sweep(tmp_path, "grid: {model.pos: [rope]}\n"), [])
+    run_dir = plan.runs[0].run_dir
+    run_dir.mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept")
+    (run_dir / name).symlink_to(outside)
+
+    def generate(*args):
+        raise AssertionError("the run directory was not refused")
+
+    monkeypatch.setattr(launch.local, "_generate_corpora", generate)
+    with pytest.raises(TrainError, match=f"{run_dir / name}: a symbolic link to {outside}, "
+                                         "outside the run directory"):
+        launch.local.execute(plan, log=lambda _: None)
+    assert outside.read_text() == "kept"
+
+
+def test_a_job_of_the_local_executor_inherits_no_torchrun_world(tmp_path, monkeypatch):
+    import types
+
+    import launch.local
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "outer")  # an executor started under torchrun
+    monkeypatch.setattr(launch.local, "command", lambda run, stage: [
+        "-c", "import os; print('run id', os.environ.get('TORCHELASTIC_RUN_ID'))"])
+    run = types.SimpleNamespace(name="r", run_dir=tmp_path)
+    job = launch.local._start(run, "train", 1, lambda line: None)
+    job.process.wait()
+    job.log.close()
+    # its clean stop exits 75, as the executor expects, not 0 as under torchrun
+    assert "run id None" in (tmp_path / "log.txt").read_text()
+
+
+def test_a_job_process_loads_no_library_between_fork_and_exec(tmp_path, monkeypatch):
+    import ctypes
+    import os
+    import subprocess
+    import sys
+    from functools import partial
+
+    from launch.local_process import die_with_parent
+
+    def no_loading(*args, **kwargs):  # in the forked child, before exec: dlopen may deadlock
+        raise RuntimeError("a library loaded after fork")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_loading)
+    ask = ("import ctypes; signal = ctypes.c_int(); "
+           "ctypes.CDLL(None).prctl(2, ctypes.byref(signal)); print(signal.value)")  # GET
+    job = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True,
+                         preexec_fn=partial(die_with_parent, os.getpid()), check=True)
+    assert job.stdout == "15\n"  # SIGTERM when the executor dies

@@ -150,7 +150,8 @@ def test_unfinished_runs_show_a_dash_and_are_listed_with_the_reason(tmp_path):
     root = grid(tmp_path / "sweep", {**EXACT, (2, "learned"): (0.30, None)})
     unevaluated = root / "n_layer-4.pos-rope.seed-1"
     (unevaluated / "eval" / "qa.json").unlink()
-    (root / "n_layer-4.pos-learned.seed-1" / "metrics.jsonl").write_text('{"step": 1, "lo')
+    (root / "n_layer-4.pos-learned.seed-1" / "metrics.jsonl").write_text(
+        '{"step": 1, "lo\n{"step": 2}\n')  # a torn last line is dropped; a torn line 1 is not
     markdown = sweep_report(root, tmp_path / "out")
     runs = {row[-1].split("]")[0][1:]: row[3:5] for row in _table(markdown, "Runs")[1:]}
     assert runs["n_layer-4.pos-rope.seed-1"] == ["—", "3.600"]  # trained, not evaluated
@@ -164,8 +165,9 @@ def test_unfinished_runs_show_a_dash_and_are_listed_with_the_reason(tmp_path):
     missing = markdown.split("## Not reported\n\n")[1].split("\n\n")[0].splitlines()
     assert missing == [
         "- n_layer-4.pos-rope.seed-1: no evaluation results yet (eval/ holds none)",
-        f"- n_layer-4.pos-learned.seed-1: {root}/n_layer-4.pos-learned.seed-1/metrics.jsonl "
-        "line 1: not valid JSON",
+        f"- n_layer-4.pos-learned.seed-1: {root}/n_layer-4.pos-learned.seed-1/metrics.jsonl: "
+        "line 1 is not JSON ('{\"step\": 1, \"lo'); only the last line can be cut short by an "
+        "interrupted write: mend or delete the line",
         f"- n_layer-2.pos-learned.seed-1: {root}/n_layer-2.pos-learned.seed-1: not a run "
         "directory (no such directory)"]
     with open(tmp_path / "out" / "sweep.csv") as f:

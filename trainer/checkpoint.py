@@ -25,13 +25,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from corpus_gen.core.io import read_json_file
 from trainer import lora
 from trainer.errors import TrainError
+from trainer.run_dir import LATEST, STEP, step_of
 
 if TYPE_CHECKING:  # deepspeed is slow to import; evaluation imports this module without it
     from deepspeed import DeepSpeedEngine
 
-LATEST = "latest"
 # what every reader of a checkpoint's meta.json relies on, and its type
 META_FIELDS = {"step": int, "model_config": dict, "tokenizer_sha256": str}
 
@@ -122,7 +123,7 @@ class TrainState:
 
 
 def tag(step: int) -> str:
-    return f"step-{step:06d}"
+    return f"{STEP}{step:06d}"
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:
@@ -143,8 +144,8 @@ def resumable(checkpoints: Path) -> tuple[Path | None, list[str]]:
     if not pointer.exists():
         return None, []
     latest = checkpoints / pointer.read_text().strip()
-    newest = _step_of(latest)
-    steps = {p: step for p in checkpoints.glob("step-*") if (step := _step_of(p)) is not None
+    newest = step_of(latest.name)
+    steps = {p: step for p in checkpoints.glob(f"{STEP}*") if (step := step_of(p.name)) is not None
              and p != latest and (newest is None or step < newest)}
     older = sorted(steps, key=steps.get, reverse=True)
     skipped = []
@@ -170,12 +171,6 @@ def damage(path: Path) -> str | None:
     except DamagedCheckpoint as exc:
         return str(exc)
     return None
-
-
-def _step_of(path: Path) -> int | None:
-    """The step a checkpoint directory's name (`step-000100`) gives; None for another name."""
-    digits = path.name.removeprefix("step-")
-    return int(digits) if path.name.startswith("step-") and digits.isdigit() else None
 
 
 def _last_good(checkpoints: Path) -> str:
@@ -432,8 +427,8 @@ def read_meta(path: Path) -> dict:
     """The checkpoint `path`'s meta.json; DamagedCheckpoint naming the file if it is not one."""
     file = path / "meta.json"
     try:
-        meta = json.loads(file.read_text())
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
+        meta = read_json_file(file, DamagedCheckpoint)
+    except OSError as exc:  # missing
         raise DamagedCheckpoint(f"{file}: cannot be read ({_one_line(exc)})") from None
     wrong = [key for key, kind in META_FIELDS.items()
              if not isinstance(meta, dict) or not isinstance(meta.get(key), kind)]

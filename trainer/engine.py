@@ -37,7 +37,17 @@ from trainer.finetune import load_parent
 from trainer.lora import add_adapters
 from trainer.model import GPT, ModelConfig
 from trainer.preempt import StopRequest
-from trainer.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_FILES, inside, replace_file, run_lock
+from trainer.run_dir import (
+    CHECKPOINTS,
+    CONFIG,
+    LATEST,
+    METRICS,
+    RUN_FILES,
+    STEP,
+    inside,
+    replace_file,
+    run_lock,
+)
 from trainer.schedule import lr_factor
 from trainer.tracking import Tracker
 
@@ -166,7 +176,7 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            lr_scheduler=scheduler, config=ds_config(cfg))
 
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = run_dir / CHECKPOINTS
     meta = {"model_config": asdict(model_config),
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
             "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size,
@@ -237,7 +247,7 @@ def _claim_run_dir(run_dir: Path, resume: str, world: Dist, lock: ExitStack) -> 
     if refused[0]:
         raise TrainError(refused[0])
     checkpoints = run_dir / CHECKPOINTS
-    previous = [p for p in (checkpoints / checkpoint.LATEST, *checkpoints.glob("step-*"),
+    previous = [p for p in (checkpoints / LATEST, *checkpoints.glob(f"{STEP}*"),
                             run_dir / METRICS) if p.exists()]
     if resume == "none" and previous:
         raise TrainError(f"{run_dir}: already holds a run ({previous[0].relative_to(run_dir)}); "

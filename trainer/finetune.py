@@ -12,6 +12,7 @@ from torch import nn
 
 from trainer import checkpoint
 from trainer.errors import TrainError
+from trainer.run_dir import CHECKPOINTS
 
 
 def parent_checkpoint(init_from: str) -> Path:
@@ -19,7 +20,7 @@ def parent_checkpoint(init_from: str) -> Path:
     given = Path(init_from)
     if (given / "meta.json").is_file():
         return given
-    path = checkpoint.latest_checkpoint(given / "checkpoints")
+    path = checkpoint.latest_checkpoint(given / CHECKPOINTS)
     if path is None:
         raise TrainError(f"train.init_from={init_from}: neither a run directory with a "
                          "checkpoint (checkpoints/latest) nor a checkpoint directory")

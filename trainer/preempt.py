@@ -17,11 +17,12 @@ the stop from the end of the run (slurm/train.sh reads it).
 import json
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
-from corpus_gen.core.io import atomic_write
-from trainer.errors import PREEMPTED_EXIT
+from trainer.errors import PREEMPTED_EXIT, TrainError
+from trainer.run_dir import replace_file
 
 STOP_FILE = ".stop"
 STOPPED_FILE = "stopped.json"  # the record of a clean stop, until the run starts again
@@ -78,8 +79,12 @@ class StopRequest:
 
     def done(self, step: int, checkpoint: Path) -> None:
         """The request is served with `checkpoint` at `step`: record the stop and remove the
-        stop file (if this process watches it: rank 0)."""
+        stop file (if this process watches it: rank 0). A record that cannot be written (a full
+        disk) is a one-line warning: the stop is clean, its checkpoint saved."""
         if self.watching:
             record = {"step": step, "checkpoint": str(checkpoint)}
-            atomic_write(self.record, (json.dumps(record) + "\n").encode())
+            try:
+                replace_file(self.record, json.dumps(record) + "\n")
+            except TrainError as exc:
+                print(f"train  | warning: {exc}", file=sys.stderr, flush=True)
             self.file.unlink(missing_ok=True)

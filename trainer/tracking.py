@@ -103,20 +103,30 @@ def _read(path: Path) -> tuple[list[dict], str | None]:
     """The logged lines of a metrics.jsonl, and its last line if a write cut it short (a full
     disk, a killed process; a reader may also meet a line being written). A damaged line
     before the last is an error: only its last line can have been cut short."""
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    except OSError as exc:
+        raise TrainError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     logged = []
     for number, line in enumerate(lines, 1):
         try:
-            logged.append(json.loads(line))
-        except json.JSONDecodeError:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):  # cut short, not UTF-8, or nested too deep
+            entry = None
+        if not isinstance(entry, dict):
+            shown = line[:60].decode(errors="replace")
             if number == len(lines):
-                return logged, line
-            raise TrainError(f"{path}: line {number} is not JSON ({line[:60]!r}); only the last "
+                return logged, shown
+            raise TrainError(f"{path}: line {number} is not JSON ({shown!r}); only the last "
                              "line can be cut short by an interrupted write: mend or delete "
-                             "the line") from None
+                             "the line")
+        logged.append(entry)
     return logged, None
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The lines `metrics.jsonl` logged, the one rule for every reader (training's resume,
+    `physlm status`, `physlm report`): a last line cut short is left out, a damaged line before
+    it is a TrainError naming it."""
     path = run_dir / METRICS
     return _read(path)[0] if path.exists() else []

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.io import parse_json
 
 DATA = Path(__file__).parent / "data"
 Rule = tuple[int, ...]
@@ -205,9 +206,10 @@ def load_grammar(name_or_path: str) -> Grammar:
 @cache
 def _read_grammar(path: str, stamp: int) -> Grammar:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        text = Path(path).read_bytes()
+    except OSError as exc:
         raise GrammarError(f"{path}: cannot read a grammar JSON: {exc}") from None
+    data = parse_json(text, path, GrammarError)
     return grammar_from_dict(data, path, Path(path).stem)
 
 

@@ -37,6 +37,7 @@ from corpus_gen.core.io import (
     busy,
     directory_lock,
     lock_holder,
+    read_json_file,
     remove_stale_temporaries,
 )
 from corpus_gen.core.manifest import (
@@ -45,7 +46,6 @@ from corpus_gen.core.manifest import (
     PROGRESS,
     is_intact,
     progress_path,
-    read_json,
     record_progress,
     recorded_entries,
     write_json,
@@ -350,7 +350,7 @@ def _kept(out: Path, name: str, fp: str, recorded: dict[str, dict], log) -> dict
     entry = recorded.get(name)
     if entry and is_intact(out, entry, fp):
         try:
-            intact_record = read_json(progress_path(out, name)) == entry
+            intact_record = read_json_file(progress_path(out, name)) == entry
         except (FileNotFoundError, CorpusError):
             intact_record = False
         if not intact_record:

@@ -1,9 +1,12 @@
 """Files appear whole or not at all: write to a temporary name, then rename; each writer holds
-a lock file in the directory, which no other writer can take while its holder lives."""
+a lock file in the directory, which no other writer can take while its holder lives. JSON is
+read the one way (`read_json_file`, `parse_json`): what is not JSON, not UTF-8 or nested too deep
+is one line naming the file."""
 
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import socket
 import time
@@ -20,22 +23,29 @@ _WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO
 
 
 @contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
-
-    A full or failing disk becomes a one-line CorpusError naming `path`."""
+def replacing(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds
+    (a failure leaves `path` as it was). OSError passes as it is: each caller words it."""
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, path)
+    finally:
+        with suppress(OSError):  # on a read-only filesystem this fails too: say the first error
+            tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """`replacing(path)`, where a full or failing disk is a one-line CorpusError naming `path`."""
+    try:
+        with replacing(path) as tmp:
+            yield tmp
     except OSError as exc:
         if exc.errno not in _WRITE_ERRORS:
             raise
         raise CorpusError(f"{path}: cannot write it: {exc.strerror}; files already finished "
                           "are kept") from None
-    finally:
-        with suppress(OSError):  # on a read-only filesystem this fails too: say the first error
-            tmp.unlink(missing_ok=True)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -116,3 +126,27 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def parse_json(data: str | bytes, where: str, error: type[Exception] = CorpusError) -> object:
+    """`data` as JSON; a one-line `error` naming `where` if it is not JSON, not UTF-8, or
+    nested too deep to parse."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
+        raise error(f"{where}: not JSON ({str(exc).splitlines()[0]})") from None
+
+
+def read_json_file(path: Path, error: type[Exception] = CorpusError) -> dict:
+    """The JSON object in `path`: FileNotFoundError where there is none; a one-line `error`
+    naming it where it cannot be read, is not JSON (`parse_json`) or is not an object."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise error(f"{path}: unreadable: {exc.strerror or exc}") from None
+    payload = parse_json(data, str(path), error)
+    if not isinstance(payload, dict):
+        raise error(f"{path}: not a JSON object")
+    return payload

@@ -15,7 +15,7 @@ import json
 from pathlib import Path, PurePosixPath
 
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.core.io import atomic_write, sha256_file
+from corpus_gen.core.io import atomic_write, read_json_file, sha256_file
 
 MANIFEST = "manifest.json"
 PROGRESS = ".progress"
@@ -24,18 +24,6 @@ FORMAT = 1
 
 def write_json(path: Path, payload: dict) -> None:
     atomic_write(path, (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode())
-
-
-def read_json(path: Path) -> dict:
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
-        raise CorpusError(f"{path}: unreadable: {exc}") from None
-    if not isinstance(payload, dict):
-        raise CorpusError(f"{path}: unreadable: not a JSON object")
-    return payload
 
 
 def progress_path(out: Path, name: str) -> Path:
@@ -86,7 +74,7 @@ def recorded_entries(out: Path, log) -> dict[str, dict]:
     paths += sorted((out / PROGRESS).glob("*.json"))
     for path in paths:
         try:
-            record = read_json(path)
+            record = read_json_file(path)
             found = manifest_entries(record) if path.name == MANIFEST else [record]
             check_entries_inside(out, found, path)
             entries.update({entry["name"]: entry for entry in found})
@@ -105,7 +93,7 @@ def is_intact(out: Path, entry: dict, fingerprint: str) -> bool:
 def read_manifest(out: Path) -> dict:
     path = out / MANIFEST
     try:
-        manifest = read_json(path)
+        manifest = read_json_file(path)
     except FileNotFoundError:
         raise CorpusError(f"{out}: no {MANIFEST}; not a finished physlm corpus") from None
     if manifest.get("format") != FORMAT:

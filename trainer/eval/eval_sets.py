@@ -5,10 +5,10 @@ truncated or edited set would otherwise score as a real result. Each row must be
 with the keys (and types) its task needs; a row that is not is one line naming file:line.
 """
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from corpus_gen.core.io import parse_json
 from corpus_gen.core.manifest import MANIFEST, read_manifest
 from corpus_gen.core.verify import file_verifies
 from trainer.errors import TrainError
@@ -52,10 +52,7 @@ def _rows(path: Path, fields: Mapping[str, type]) -> Iterator[dict]:
 
 def _parse_row(line: bytes, fields: Mapping[str, type], where: str) -> dict:
     """One row: a JSON object with `fields`; a TrainError naming `where` and what is wrong."""
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep
-        raise TrainError(f"{where}: not JSON ({str(exc).splitlines()[0]})") from None
+    row = parse_json(line, where, TrainError)
     if not isinstance(row, dict):
         raise TrainError(f"{where}: not a JSON object")
     for key, kind in fields.items():

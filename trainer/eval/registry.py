@@ -21,6 +21,7 @@ from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.registry import import_submodules
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.model import GPT
+from trainer.run_dir import EVAL
 
 DEFAULT_TASKS = ("qa",)
 
@@ -37,7 +38,7 @@ class EvalContext:
     out: Path | None = None
 
     def __post_init__(self) -> None:
-        self.out = self.out or self.run_dir / "eval"
+        self.out = self.out or self.run_dir / EVAL
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -19,14 +18,14 @@ from trainer import checkpoint
 from trainer.errors import TrainError
 from trainer.eval.registry import EvalContext, Task, eval_schema, tasks
 from trainer.model import GPT, ModelConfig
-from trainer.run_dir import CONFIG, EVAL, run_lock, write_error
+from trainer.run_dir import CHECKPOINTS, CONFIG, EVAL, read_run_config, run_lock, write_error
 from trainer.tracking import Tracker
 
 STAGING = "-staging-"  # eval/.<task>-staging-XXXX: a task's files until it has finished
 
 
 def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
-    path = checkpoint.latest_checkpoint(run_dir / "checkpoints")
+    path = checkpoint.latest_checkpoint(run_dir / CHECKPOINTS)
     if path is None:
         raise TrainError(f"{run_dir}: no checkpoint to evaluate (checkpoints/latest missing)")
     saved = checkpoint.load_weights(path / "weights.pt")  # tensors and plain types only
@@ -50,15 +49,11 @@ class RunConfig:
     tracking: dict  # Tracker's W&B arguments, as training had them
 
 
-def read_run_config(run_dir: Path) -> RunConfig:
-    """The run's `config.yaml`; a TrainError naming the file when it is missing or damaged."""
-    path = run_dir / CONFIG
-    if not path.is_file():
-        raise TrainError(f"{run_dir}: not a run directory (no {CONFIG})")
+def eval_run_config(run_dir: Path) -> RunConfig:
+    """What evaluation needs of the run's `config.yaml`; a TrainError naming the file when it is
+    missing or damaged."""
+    config, path = read_run_config(run_dir), run_dir / CONFIG
     try:
-        config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        if not isinstance(config, dict):
-            raise TypeError("not a mapping of settings")
         wandb = config["train"]["wandb"]
         tracking = {"wandb_mode": wandb["mode"], "project": wandb["project"],
                     "entity": wandb.get("entity"), "group": wandb.get("group"),
@@ -67,8 +62,7 @@ def read_run_config(run_dir: Path) -> RunConfig:
                          dict(config["eval"]), tracking)
     except KeyError as exc:
         raise TrainError(f"{path}: damaged run config: no {exc.args[0]!r}") from None
-    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError,
-            OmegaConfBaseException) as exc:
+    except (ValueError, TypeError, AttributeError) as exc:
         raise TrainError(f"{path}: damaged run config: {' '.join(str(exc).split())}") from None
 
 
@@ -83,7 +77,7 @@ def evaluate(run_dir: Path, task_names: list[str] | None = None,
     """Run `task_names` (default: the run's `eval.tasks`) on the run's latest checkpoint; write
     `<run>/eval/<task>.json` (and the task's plot and other files) once the task has finished,
     so that a failed evaluation leaves the previous results as they were."""
-    config = read_run_config(run_dir)
+    config = eval_run_config(run_dir)
     corpus_dir = Path(corpus_dir or config.corpus_dir)
     if eval_config is None:
         try:
