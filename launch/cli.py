@@ -204,6 +204,9 @@ def _sweep(args: argparse.Namespace) -> int:
     plan = _plan(args, args.overrides)
     load_slurm_config(plan, None, [])  # a typo in the sweep's slurm: is found now, not later
     if args.dry_run:
+        from launch.plan import settle_changed
+
+        settle_changed(plan, args.redo_changed, dry_run=True)  # a changed run: refused, or said
         print(_plan_listing(plan))
         return 0
     execute(plan, jobs=args.jobs, workers=args.workers, redo_changed=args.redo_changed)

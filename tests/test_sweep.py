@@ -554,11 +554,14 @@ def _trained_with_other_settings(tmp_path, monkeypatch):
     return path, plan
 
 
+@pytest.mark.parametrize("verb", ["submit", "sweep"])
 def test_a_dry_run_with_redo_changed_moves_nothing_and_says_what_it_would_move(
-        tmp_path, monkeypatch, capsys):
+        verb, tmp_path, monkeypatch, capsys):
     path, plan = _trained_with_other_settings(tmp_path, monkeypatch)
     run_dir = plan.runs[0].run_dir
-    assert main(["submit", str(path), "--dry-run", "--redo-changed"]) == 0
+    assert main([verb, str(path), "--dry-run"]) == 2  # refused as the real launch would be
+    assert "trained with other settings (model.d_model: 16 -> 32)" in capsys.readouterr().err
+    assert main([verb, str(path), "--dry-run", "--redo-changed"]) == 0
     assert (run_dir / "checkpoints" / "latest").read_text() == "step-000004"
     assert not list((tmp_path / "runs/sweep").glob("replaced-*"))
     assert (f"run    | pos-rope: trained with other settings (model.d_model: 16 -> 32); would "
