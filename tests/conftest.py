@@ -42,15 +42,23 @@ def record_eval_set(corpus: Path, name: str) -> None:
     """Record `eval/<name>.jsonl` in the corpus's manifest (a bare one where there is none) with
     the file's sha256, as physlm gen would: a set a test wrote or edited, which evaluation then
     trusts."""
+    _record(corpus, "eval", f"eval/{name}.jsonl")
+
+
+def record_corpus_file(corpus: Path, name: str) -> None:
+    """Record the family's file `name` (grammar.json) in the corpus's manifest, likewise."""
+    _record(corpus, "files", name)
+
+
+def _record(corpus: Path, kind: str, listed: str) -> None:
     from corpus_gen.core.io import read_json_file, sha256_file
     from corpus_gen.core.manifest import FORMAT, MANIFEST, write_json
 
     path = corpus / MANIFEST
     manifest = (read_json_file(path) if path.exists()
                 else {"format": FORMAT, "shards": [], "tokenizer": {}, "eval": []})
-    listed = f"eval/{name}.jsonl"
-    manifest["eval"] = [e for e in manifest["eval"] if e["name"] != listed]
-    manifest["eval"].append({"name": listed, "sha256": sha256_file(corpus / listed)})
+    entries = [e for e in manifest.get(kind, []) if e["name"] != listed]
+    manifest[kind] = [*entries, {"name": listed, "sha256": sha256_file(corpus / listed)}]
     write_json(path, manifest)
 
 

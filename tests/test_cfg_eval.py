@@ -26,7 +26,12 @@ from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
-from tests.conftest import memorize, record_eval_set, tiny_experiment_file
+from tests.conftest import (
+    memorize,
+    record_corpus_file,
+    record_eval_set,
+    tiny_experiment_file,
+)
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.eval.registry import EvalContext, eval_schema, tasks
@@ -318,6 +323,8 @@ def test_from_bos_needs_no_held_out_string(two_corpus, tmp_path):
 
 
 def test_a_corpus_of_another_family_is_named(two_corpus, tmp_path):
+    from corpus_gen.core.errors import CorpusError
+    from corpus_gen.core.manifest import FORMAT, MANIFEST, write_json
     from trainer.errors import TrainError
 
     context = context_for(planted(two_corpus, TWO), two_corpus, tmp_path)
@@ -325,6 +332,13 @@ def test_a_corpus_of_another_family_is_named(two_corpus, tmp_path):
     with pytest.raises(TrainError, match="grammar.json: missing; the cfg task needs a cfg corpus"):
         cfg.run(context, cfg.CfgOptions())
     (tmp_path / "grammar.json").write_text(TWO.to_json())
+    with pytest.raises(CorpusError, match="no manifest.json; not a finished physlm corpus"):
+        cfg.run(context, cfg.CfgOptions())  # a grammar no manifest vouches for
+    write_json(tmp_path / MANIFEST, {"format": FORMAT, "shards": [], "tokenizer": {},
+                                     "eval": []})
+    with pytest.raises(TrainError, match="grammar.json: not listed in .*manifest.json"):
+        cfg.run(context, cfg.CfgOptions())
+    record_corpus_file(tmp_path, "grammar.json")
     with pytest.raises(TrainError, match="cfg_test.jsonl: missing"):
         cfg.run(context, cfg.CfgOptions())
     (tmp_path / "eval").mkdir()
@@ -332,3 +346,20 @@ def test_a_corpus_of_another_family_is_named(two_corpus, tmp_path):
     record_eval_set(tmp_path, "cfg_test")
     with pytest.raises(TrainError, match=r"cfg_test.jsonl:1: no 'terminals'; "):
         cfg.run(context, cfg.CfgOptions())
+
+
+def test_a_grammar_edited_after_generation_is_refused_before_anything_is_scored(
+        two_corpus, tmp_path):
+    import shutil
+
+    from trainer.errors import TrainError
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(two_corpus, corpus)
+    (corpus / "grammar.json").write_text(SMALL.to_json())  # another grammar, same file name
+    context = context_for(planted(corpus, TWO), corpus, tmp_path)
+    with pytest.raises(TrainError) as error:
+        cfg.run(context, cfg.CfgOptions())
+    assert str(error.value) == (f"{corpus}/grammar.json: sha256 differs from "
+                                f"{corpus}/manifest.json (damaged or modified); physlm gen of "
+                                "the corpus's config repairs it")

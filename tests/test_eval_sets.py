@@ -78,7 +78,7 @@ def test_an_eval_set_the_manifest_does_not_list_is_refused(train_corpus, tmp_pat
     shutil.copy(corpus / "eval" / "qa_test.jsonl", corpus / "eval" / "qa_extra.jsonl")
     with pytest.raises(TrainError) as error:
         read_rows(corpus, "qa_extra", 0, NEEDS)
-    assert str(error.value) == (f"{corpus}/eval/qa_extra.jsonl: not an eval set of "
+    assert str(error.value) == (f"{corpus}/eval/qa_extra.jsonl: not listed in "
                                 f"{corpus}/manifest.json; {NEEDS}")
     assert len(read_rows(corpus, "qa_test", 2, NEEDS)) == 12  # 2 people x 6 attributes
 

@@ -56,7 +56,7 @@ from corpus_gen.core.config import require
 from corpus_gen.core.io import atomic_write
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.errors import TrainError
-from trainer.eval.eval_sets import read_eval_set
+from trainer.eval.eval_sets import read_eval_set, verified_corpus_file
 from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
@@ -132,9 +132,8 @@ def load_rows(corpus_dir: Path) -> list[dict]:
 
 
 def read_grammar(corpus_dir: Path) -> Grammar:
-    path = corpus_dir / "grammar.json"
-    if not path.exists():
-        raise TrainError(f"{path}: missing; the cfg task needs a cfg corpus")
+    path = verified_corpus_file(corpus_dir, corpus_dir / "grammar.json",
+                                "the cfg task needs a cfg corpus")
     try:
         return load_grammar(str(path))
     except GrammarError as exc:

@@ -1,4 +1,5 @@
-"""A corpus's eval sets (`eval/<set>.jsonl`), read the one way every task reads them.
+"""A corpus's eval sets (`eval/<set>.jsonl`), read the one way every task reads them, and
+the family's files they are read with (grammar.json), verified the same way.
 
 A set is used only once its sha256 matches the corpus manifest's record of it: an emptied,
 truncated or edited set would otherwise score as a real result. Each row must be a JSON object
@@ -9,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from corpus_gen.core.io import parse_json
-from corpus_gen.core.manifest import MANIFEST, read_manifest
+from corpus_gen.core.manifest import MANIFEST, manifest_entries, read_manifest
 from corpus_gen.core.verify import file_verifies
 from trainer.errors import TrainError
 
@@ -21,14 +22,19 @@ def eval_set_path(corpus_dir: Path, name: str) -> Path:
 def verified_eval_set(corpus_dir: Path, name: str, needs: str) -> Path:
     """The path of eval set `name`, once it verifies against the corpus manifest; `needs` says
     what corpus has the set, for the error when it is missing."""
-    path = eval_set_path(corpus_dir, name)
+    return verified_corpus_file(corpus_dir, eval_set_path(corpus_dir, name), needs)
+
+
+def verified_corpus_file(corpus_dir: Path, path: Path, needs: str) -> Path:
+    """`path` (an eval set, a family's file such as grammar.json), once its sha256 matches the
+    corpus manifest's record of it."""
     if not path.is_file():
         raise TrainError(f"{path}: missing; {needs}")
     manifest, listed = read_manifest(corpus_dir), path.relative_to(corpus_dir).as_posix()
-    entry = next((e for e in manifest["eval"] if isinstance(e, dict) and e.get("name") == listed),
-                 None)
+    entry = next((e for e in manifest_entries(manifest)
+                  if isinstance(e, dict) and e.get("name") == listed), None)
     if entry is None:
-        raise TrainError(f"{path}: not an eval set of {corpus_dir / MANIFEST}; {needs}")
+        raise TrainError(f"{path}: not listed in {corpus_dir / MANIFEST}; {needs}")
     if not file_verifies(path, entry.get("sha256")):
         raise TrainError(f"{path}: sha256 differs from {corpus_dir / MANIFEST} (damaged or "
                          f"modified); physlm gen of the corpus's config repairs it")

@@ -52,7 +52,7 @@ from corpus_gen.core.shards import read_shard
 from corpus_gen.core.tokenizer import Tokenizer
 from trainer.errors import TrainError
 from trainer.eval.activations import extract_features
-from trainer.eval.eval_sets import read_eval_set
+from trainer.eval.eval_sets import read_eval_set, verified_corpus_file
 from trainer.eval.registry import EvalContext, Task, register
 
 if TYPE_CHECKING:
@@ -340,8 +340,7 @@ def read_cfg_strings(corpus_dir: Path, max_strings: int) -> tuple[Grammar, list[
     path, held_out = corpus_dir / "grammar.json", corpus_dir / CFG_TEST
     needs = (f"{_FAMILIES} with its grammar and held-out strings (eval_samples >= 2); run "
              f"physlm verify {corpus_dir}")
-    if not path.is_file():
-        raise TrainError(f"{path}: missing; {needs}")
+    verified_corpus_file(corpus_dir, path, needs)
     rows = read_eval_set(corpus_dir, CFG_SET, CFG_FIELDS, needs)
     grammar = load_grammar(str(path))
     strings = list(islice(rows, max_strings or None))
