@@ -26,11 +26,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig
 
 from corpus_gen.core.config import COMMAND_LINE, read_yaml, refuse_unknown_keys
 from corpus_gen.core.errors import ConfigError
-from launch.sweep_compose import Composer
+from launch.sweep_compose import Composer, plain
 from trainer.config import Experiment
 
 SWEEP_KEYS = ("name", "experiment", "overrides", "grid", "zip", "seeds", "slurm")
@@ -97,7 +97,7 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
     common = _overrides("overrides", given.get("overrides"), source)
     for key in ("grid", "zip"):
         if given.get(key) is not None and not isinstance(given[key], DictConfig):
-            raise ConfigError(key, _plain(given[key]), "must be a mapping of axes (an axis: a "
+            raise ConfigError(key, plain(given[key]), "must be a mapping of axes (an axis: a "
                               "key and its values, or a label and the keys it sets)", source)
     grid = [_axis(f"grid.{k}", str(k), v, source) for k, v in (given.get("grid") or {}).items()]
     zipped = [_axis(f"zip.{k}", str(k), v, source) for k, v in (given.get("zip") or {}).items()]
@@ -134,17 +134,17 @@ def load_sweep(path: Path, overrides: list[str]) -> Sweep:
         experiment.name = f"{name}-{run}"
         points.append(SweepPoint(run, {axis.name: axis.values[i] for axis, i in point},
                                  experiment))
-    return Sweep(name, [axis.name for axis in axes], points, _plain(given.get("slurm") or {}),
+    return Sweep(name, [axis.name for axis in axes], points, plain(given.get("slurm") or {}),
                  source)
 
 
 def _axis(key: str, name: str, value: object, source: str) -> Axis:
     """One axis: a list of a key's values, or a mapping of labels to several keys' values."""
     if name == SEED_AXIS:
-        raise ConfigError(key, _plain(value), "`seed` is the seeds axis: list seeds under "
+        raise ConfigError(key, plain(value), "`seed` is the seeds axis: list seeds under "
                           "`seeds:`", source)
     if isinstance(value, ListConfig):
-        values = _plain(value)
+        values = plain(value)
         if not values:
             raise ConfigError(key, [], "an axis needs at least one value", source)
         return Axis(name, key, [_label(v) for v in values], [_scalar(v) for v in values],
@@ -155,17 +155,17 @@ def _axis(key: str, name: str, value: object, source: str) -> Axis:
         labels, overrides = [], []
         for label, sets in value.items():
             if not isinstance(sets, DictConfig) or not sets:
-                raise ConfigError(f"{key}.{label}", _plain(sets), "a labelled point is a "
+                raise ConfigError(f"{key}.{label}", plain(sets), "a labelled point is a "
                                   "mapping of dotted keys to values", source)
             labels.append(safe_name(str(label)))
-            overrides.append([_override(str(k), _plain(v)) for k, v in sets.items()])
+            overrides.append([_override(str(k), plain(v)) for k, v in sets.items()])
         return Axis(name, key, labels, list(labels), overrides)
-    raise ConfigError(key, _plain(value), "an axis is a list of values or a mapping of labels "
+    raise ConfigError(key, plain(value), "an axis is a list of values or a mapping of labels "
                       "to overrides", source)
 
 
 def _seed_axis(value: object, source: str) -> Axis:
-    seeds = _plain(value)
+    seeds = plain(value)
     if not isinstance(seeds, list) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise ConfigError("seeds", seeds, "must be a non-empty list of whole numbers", source)
@@ -209,9 +209,9 @@ def _overrides(key: str, value: object, source: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, DictConfig):
-        raise ConfigError(key, _plain(value), "must be a mapping of dotted keys to values",
+        raise ConfigError(key, plain(value), "must be a mapping of dotted keys to values",
                           source)
-    return [_override(str(k), _plain(v)) for k, v in value.items()]
+    return [_override(str(k), plain(v)) for k, v in value.items()]
 
 
 def _override(key: str, value: object) -> str:
@@ -237,7 +237,3 @@ def safe_name(text: str) -> str:
     return _UNSAFE.sub("_", text).strip(".") or "_"
 
 
-def _plain(value: object) -> object:
-    if isinstance(value, DictConfig | ListConfig):
-        return OmegaConf.to_container(value)
-    return value

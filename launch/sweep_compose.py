@@ -83,7 +83,7 @@ class Composer:
             group, _, inner = key.partition(".")
             leaf = group in GROUPS and inner and "[" not in key and "${" not in item \
                 and value is not _MISSING and not isinstance(value, DictConfig)
-            self._parsed[item] = _Leaf(item, group, inner, _plain(value)) if leaf else None
+            self._parsed[item] = _Leaf(item, group, inner, plain(value)) if leaf else None
         return self._parsed[item]
 
     def _base(self, structural: tuple[str, ...]) -> Experiment | None:
@@ -152,8 +152,9 @@ def _parse(item: str) -> tuple[str, object]:
         return key, _MISSING
 
 
-def _plain(value: object) -> object:
-    return OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+def plain(value: object) -> object:
+    """A value read from YAML as plain Python (lists and mappings out of OmegaConf's nodes)."""
+    return OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
 
 
 def _with_leaves(base: Experiment, leaves: list[_Leaf], values: list[object]) -> Experiment:
