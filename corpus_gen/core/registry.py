@@ -10,7 +10,7 @@ calls `register` is found automatically.
 import importlib
 import itertools
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from corpus_gen.core.config import CorpusConfig
@@ -38,6 +38,11 @@ class Family:
     batches: Callable[[CorpusConfig, int, int], Iterator[Batch]] | None = None
     # small files the family writes beside the shards, by name (a CFG corpus's grammar.json)
     files: Callable[[CorpusConfig], dict[str, bytes]] | None = None
+    # a fixed vocabulary: the token names by id, each document's text those names joined by
+    # single spaces (integer-token tasks); None: a SentencePiece tokenizer trained on the corpus
+    vocabulary: Callable[[CorpusConfig], Sequence[str]] | None = None
+    # what the probe evaluation task reads off this family's corpora (see its module)
+    probe_targets: Callable | None = None
 
     def document_batches(self, config: CorpusConfig, start: int, stop: int) -> Iterator[Batch]:
         """The documents at stream positions [start, stop), in batches of at most BATCH."""
