@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from corpus_gen.core.config import CorpusConfig
-from corpus_gen.core.generate import Job, _build_eval_set, _build_shard, _tokenizer_sample
+from corpus_gen.core.corpus_tokenizer import tokenizer_sample
 from corpus_gen.core.registry import get_family
 from corpus_gen.core.tokenizer import train_tokenizer
+from corpus_gen.core.write import Job, build_eval_set, build_shard
 
 SHARD_STAGE, SHARD_STAGE_CPU = "shard stage", "shard stage (CPU)"
 SAMPLE, TRAINING = "tokenizer sample", "tokenizer training"
@@ -35,19 +36,19 @@ def time_parts(config: CorpusConfig, out: Path, manifest: dict) -> dict[str, flo
              for s in manifest["shards"]]
     cpu, began = cpu_seconds(), time.perf_counter()
     for job in jobs:
-        _build_shard(job)
+        build_shard(job)
     times[SHARD_STAGE], times[SHARD_STAGE_CPU] = time.perf_counter() - began, cpu_seconds() - cpu
     for job in jobs:
         (out / job.name).unlink()
     for name in family.eval_sets(config):
         job = Job(config, str(out), "bench", f"eval/{name}.bench", eval_set=name)
         began = time.perf_counter()
-        _build_eval_set(job)
+        build_eval_set(job)
         times[f"eval {name}"] = time.perf_counter() - began
         (out / job.name).unlink()
     layout = family.layout(config)
     began = time.perf_counter()
-    sample = list(_tokenizer_sample(config, family, layout))
+    sample = list(tokenizer_sample(config, family, layout))
     times[SAMPLE] = time.perf_counter() - began
     began = time.perf_counter()
     train_tokenizer(sample, config.tokenizer.vocab_size, config.tokenizer.model_type,

@@ -90,3 +90,12 @@ def test_unit_encoding_equals_sentencepiece_on_the_joined_text(tokenizer):
         for k in rng.sample(range(len(chunk)), 50):
             word_tokens = tokens[ends[k] - counts[k] : ends[k]].tolist()
             assert word_tokens == tokenizer.processor.encode(units.strings[chunk[k]])
+
+
+def test_token_id_names_a_piece_or_says_there_is_none(tokenizer):
+    back = tokenizer.token_id("[BACK]")
+    assert back is not None and tokenizer.encode("[BACK]")[-1] == back
+    assert tokenizer.token_id("\n") == tokenizer.processor.piece_to_id("\n") == 4
+    assert tokenizer.token_id("<unk>") == 0  # the piece itself, not the answer for unknowns
+    assert tokenizer.token_id("no such piece") is None
+    assert tokenizer.token_id("</s>") == EOS_ID == tokenizer.eos_id

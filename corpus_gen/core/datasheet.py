@@ -3,12 +3,14 @@
 from pathlib import Path
 
 from corpus_gen.core.io import atomic_write
+from corpus_gen.core.vocabulary import VOCABULARY
 
 
 def datasheet(manifest: dict, seconds: float, generated: int, out: Path) -> str:
     shards = manifest["shards"]
     records = manifest["records"]
     tokens = manifest["tokens"]
+    tokenizer = manifest["tokenizer"]
     rows = [("corpus", str(out)), ("family", manifest["family"]),
             ("fingerprint", manifest["fingerprint"])]
     rows += [(key.replace("_", " "), f"{value:,}") for key, value in manifest["summary"].items()]
@@ -18,7 +20,8 @@ def datasheet(manifest: dict, seconds: float, generated: int, out: Path) -> str:
         ("document length (tokens) mean / min / max",
          f"{tokens / max(records, 1):.1f} / {min(s['min_tokens'] for s in shards)} / "
          f"{max(s['max_tokens'] for s in shards)}"),
-        ("vocabulary", f"{manifest['tokenizer']['vocab_size']:,}"),
+        ("vocabulary", f"{tokenizer['vocab_size']:,}"
+         + (f" (fixed: {VOCABULARY})" if tokenizer["name"] == VOCABULARY else "")),
         ("shards", f"{len(shards):,}"),
         ("eval sets", ", ".join(f"{e['name']} ({e['records']:,})" for e in manifest["eval"])),
         ("seconds", f"{seconds:.2f}"),

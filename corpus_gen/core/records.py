@@ -7,6 +7,7 @@ the text then comes from one join per document and the token ids from one gather
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -28,6 +29,20 @@ and 1 everywhere else.
     text: str
     meta: dict = field(default_factory=dict)
     masked: tuple[tuple[int, int], ...] = ()
+
+
+class Document(NamedTuple):
+    """A record as its shard members need it: its ground truth already serialized (kept from
+    the tokenizer sample without the dozens of objects a `meta` holds)."""
+
+    text: str
+    masked: tuple[tuple[int, int], ...]
+    json: bytes
+
+
+def document(record: Record) -> Document:
+    return Document(record.text, record.masked, orjson.dumps({"text": record.text,
+                                                              **record.meta}))
 
 
 class Units:

@@ -8,6 +8,9 @@ concatenation of its words' pieces (each word carries the leading "▁" the dumm
 For the same reason a batch of documents spelled in text units (`Units`) is encoded by gathering
 each unit's tokens, every distinct unit encoded once. Tests check both against
 `SentencePieceProcessor.encode` over whole corpora.
+
+The word-by-word encoding is `CorpusTokenizer`, which a fixed vocabulary shares (vocabulary.py):
+what the shard writer and the evaluation tasks call is the same for both kinds of tokenizer.
 """
 
 import io
@@ -128,7 +131,7 @@ def reused_model(source: str, user_symbols: Sequence[str]) -> bytes:
     if not file.is_file():
         raise CorpusError(f"tokenizer.reuse={source}: no tokenizer at {file}")
     tokenizer = Tokenizer.load(file)
-    missing = [s for s in (NEWLINE, *user_symbols) if tokenizer.processor.piece_to_id(s) == UNK_ID]
+    missing = [s for s in (NEWLINE, *user_symbols) if tokenizer.token_id(s) is None]
     if missing:
         raise CorpusError(f"tokenizer.reuse={source}: {file} lacks the reserved symbols "
                           f"{missing} this corpus writes")
@@ -182,34 +185,31 @@ class _UnitTable:
         self.used += len(tokens)
 
 
-class Tokenizer:
-    """A trained SentencePiece model with fast, exact encoding of whitespace-normalised text."""
+class CorpusTokenizer:
+    """What the shard writer and the evaluation tasks use of a corpus's tokenizer, whichever kind
+    it is (`load_tokenizer` in corpus_tokenizer.py gives one): a text is encoded word by word,
+    each single-space-separated word's token bytes looked up in `_words`, which a subclass fills
+    (a SentencePiece model's cache, a fixed vocabulary's names)."""
 
-    def __init__(self, model: bytes):
-        self.model_bytes = model
-        self.processor = spm.SentencePieceProcessor(model_proto=model)
-        self.vocab_size = self.processor.get_piece_size()
-        self.eos_id = self.processor.eos_id()
+    _words: dict[str, bytes]
+
+    def __init__(self, model_bytes: bytes, vocab_size: int, eos_id: int):
+        self.model_bytes = model_bytes  # the tokenizer's file, byte for byte
+        self.vocab_size = vocab_size
+        self.eos_id = eos_id
         self.dtype = "<u2" if self.vocab_size <= 1 << 16 else "<u4"
         self._array_code = "H" if self.dtype == "<u2" else "I"
         self._itemsize = array(self._array_code).itemsize
-        self._words = _Cache(self._encode_slow)
         # a vocabulary's table lives as long as the vocabulary does
         self._unit_tables: weakref.WeakKeyDictionary[Units, _UnitTable] = (
             weakref.WeakKeyDictionary())
-
-    @classmethod
-    def load(cls, path: Path) -> "Tokenizer":
-        try:
-            return cls(Path(path).read_bytes())
-        except (OSError, RuntimeError) as exc:
-            raise CorpusError(f"{path}: cannot load tokenizer: {exc}") from exc
 
     def encode(self, text: str) -> list[int]:
         return array(self._array_code, self.encode_bytes(text)).tolist()
 
     def _encode_slow(self, text: str) -> bytes:
-        return array(self._array_code, self.processor.encode(text)).tobytes()
+        """The token bytes of a text whose words are not single-space separated."""
+        raise NotImplementedError
 
     def encode_bytes(self, text: str) -> bytes:
         """Token ids as little-endian array bytes of `self.dtype`."""
@@ -241,6 +241,37 @@ class Tokenizer:
             masked_words[np.searchsorted(starts, start):np.searchsorted(starts, end)] = True
         mask = np.repeat((~masked_words).astype(np.uint8), counts)
         return b"".join(pieces), mask.tobytes()
+
+    def token_id(self, piece: str) -> int | None:
+        """The id of the token spelled `piece`; None if the vocabulary has none."""
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+
+class Tokenizer(CorpusTokenizer):
+    """A trained SentencePiece model with fast, exact encoding of whitespace-normalised text."""
+
+    def __init__(self, model: bytes):
+        self.processor = spm.SentencePieceProcessor(model_proto=model)
+        super().__init__(model, self.processor.get_piece_size(), self.processor.eos_id())
+        self._words = _Cache(self._encode_slow)
+
+    @classmethod
+    def load(cls, path: Path) -> "Tokenizer":
+        try:
+            return cls(Path(path).read_bytes())
+        except (OSError, RuntimeError) as exc:
+            raise CorpusError(f"{path}: cannot load tokenizer: {exc}") from exc
+
+    def _encode_slow(self, text: str) -> bytes:
+        return array(self._array_code, self.processor.encode(text)).tobytes()
+
+    def token_id(self, piece: str) -> int | None:
+        # SentencePiece answers an unknown piece with <unk>'s id
+        found = self.processor.piece_to_id(piece)
+        return found if self.processor.id_to_piece(found) == piece else None
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.processor.decode(list(map(int, ids)))

@@ -45,20 +45,24 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from corpus_gen.cfg.family import user_symbols
 from corpus_gen.cfg.grammar import Grammar, GrammarError, load_grammar
-from corpus_gen.cfg.parse import log_probability, membership, next_token_distribution
 from corpus_gen.core.config import require
 from corpus_gen.core.io import atomic_write
-from corpus_gen.core.tokenizer import Tokenizer
+from corpus_gen.core.tokenizer import CorpusTokenizer
 from trainer.errors import TrainError
 from trainer.eval.eval_sets import read_eval_set, verified_corpus_file
-from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
+
+# torch, trainer.eval.generation (which imports it) and the parser (which compiles with numba)
+# are imported inside the functions that use them: reading an experiment imports every task module
+# for its options, and stays fast and torch-free
+if TYPE_CHECKING:
+    import torch
 
 GENERATIONS = "cfg_generations.jsonl"
 TEST_SET = "cfg_test"
@@ -101,12 +105,11 @@ class Spelling:
     eos: int
 
     @classmethod
-    def of(cls, tokenizer: Tokenizer, terminals: int) -> "Spelling":
+    def of(cls, tokenizer: CorpusTokenizer, terminals: int) -> "Spelling":
         """From the reserved pieces the cfg family gives every word (one token each)."""
         pieces = user_symbols(terminals)
-        ids = [tokenizer.processor.piece_to_id(piece) for piece in pieces]
-        unknown = tokenizer.processor.unk_id()
-        missing = [piece for piece, i in zip(pieces, ids) if i == unknown]
+        ids = [tokenizer.token_id(piece) for piece in pieces]
+        missing = [piece for piece, i in zip(pieces, ids) if i is None]
         if missing:
             raise TrainError(f"the tokenizer has no piece {missing[0]!r}: the cfg task needs the "
                              "tokenizer of the cfg corpus whose grammar it reads")
@@ -150,6 +153,8 @@ def verdict(grammar: Grammar, spelling: Spelling, prefix: list[int], ids: list[i
         return None, "non_terminal"
     if not stopped:
         return None, "no_eos"
+    from corpus_gen.cfg.parse import membership
+
     string = prefix + continuation
     found = membership(grammar, string)
     return string, None if found.member else found.kind
@@ -165,10 +170,12 @@ def _prompts(rows: list[dict], length: int, samples: int) -> list[dict]:
 
 
 def score_prefix(context: EvalContext, grammar: Grammar, spelling: Spelling, rows: list[dict],
-                 length: int, options: CfgOptions, generator: torch.Generator,
+                 length: int, options: CfgOptions, generator: "torch.Generator",
                  log: list[dict]) -> tuple[dict, list[list[int]]]:
     """The results of one prefix length and the member strings generated; each generation is
     appended to `log`."""
+    from trainer.eval.generation import generate
+
     limit = context.model.positional.max_positions or math.inf
     longest = int(grammar.yield_bounds[0][1][0])
     wanted = options.max_new_tokens or max(1, longest - length + 1)  # the +1: EOS
@@ -206,6 +213,7 @@ def diversity(grammar: Grammar, generated: list[list[int]], n: int, reference: l
               ) -> dict:
     """Distinct share and mean -log P_grammar (nats) of the `generated` member strings (of `n`
     generations), and of the grammar's own `reference` samples (module docstring)."""
+    from corpus_gen.cfg.parse import log_probability
 
     def measure(strings: list[list[int]]) -> tuple[float | None, float | None]:
         if not strings:
@@ -220,32 +228,34 @@ def diversity(grammar: Grammar, generated: list[list[int]], n: int, reference: l
             "reference_nll": reference_nll}
 
 
-@torch.inference_mode()
-def model_log_probs(model: torch.nn.Module, spelling: Spelling, strings: list[list[int]],
+def model_log_probs(model: "torch.nn.Module", spelling: Spelling, strings: list[list[int]],
                     batch_size: int) -> list[np.ndarray]:
     """Per string of n terminals, [n + 1, T + 2] float64: the model's log-probability, after
     BOS + p terminals, of each terminal, of EOS, and (last) of every other token together (log
     of the mass the full-vocabulary softmax leaves outside the grammar's words). One teacher-
     forced pass over "<bos> t1 .. tn" per batch; rows are right-padded (causal: pads come after
     every position read). The model runs in eval mode and gets its previous mode back."""
-    training = model.training
-    model.eval()
+    import torch
+
     device = model.tok_emb.weight.device
     columns = torch.tensor([*spelling.terminals, spelling.eos], device=device)
     out: list[np.ndarray] = [np.empty(0)] * len(strings)
     order = sorted(range(len(strings)), key=lambda i: len(strings[i]))
+    training = model.training
+    model.eval()
     try:
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            width = max(len(strings[i]) for i in batch) + 1
-            ids = torch.tensor([spelling.prompt(strings[i]) + [spelling.eos] *
-                                (width - 1 - len(strings[i])) for i in batch], device=device)
-            logprobs = model(ids).log_softmax(-1)  # [B, width, V]
-            words = logprobs[..., columns].double()
-            rest = torch.log1p(-words.exp().sum(-1).clamp(max=1.0))[..., None]
-            table = torch.cat((words, rest), -1).cpu().numpy()
-            for row, i in enumerate(batch):
-                out[i] = table[row, : len(strings[i]) + 1]
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                width = max(len(strings[i]) for i in batch) + 1
+                ids = torch.tensor([spelling.prompt(strings[i]) + [spelling.eos] *
+                                    (width - 1 - len(strings[i])) for i in batch], device=device)
+                logprobs = model(ids).log_softmax(-1)  # [B, width, V]
+                words = logprobs[..., columns].double()
+                rest = torch.log1p(-words.exp().sum(-1).clamp(max=1.0))[..., None]
+                table = torch.cat((words, rest), -1).cpu().numpy()
+                for row, i in enumerate(batch):
+                    out[i] = table[row, : len(strings[i]) + 1]
     finally:
         model.train(training)
     return out
@@ -255,6 +265,8 @@ def next_token(context: EvalContext, grammar: Grammar, spelling: Spelling, rows:
                options: CfgOptions) -> dict:
     """KL(true || model) and the model's mass outside the grammar, pooled over the positions of
     `kl_strings` held-out strings, and per bucket of positions (module docstring)."""
+    from corpus_gen.cfg.parse import next_token_distribution
+
     limit = context.model.positional.max_positions or math.inf
     chosen = rows[: options.kl_strings]
     strings = [row["terminals"] for row in chosen if len(row["terminals"]) + 1 <= limit]
@@ -288,6 +300,8 @@ def next_token(context: EvalContext, grammar: Grammar, spelling: Spelling, rows:
 
 
 def run(context: EvalContext, options: CfgOptions) -> dict:
+    import torch
+
     grammar = read_grammar(context.corpus_dir)
     rows = load_rows(context.corpus_dir)
     spelling = Spelling.of(context.tokenizer, grammar.terminals)
