@@ -44,10 +44,10 @@ def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    from corpus_gen.bios.probe_targets import p_targets, q_targets, read_biographies
     from corpus_gen.core.tokenizer import Tokenizer
     from trainer.eval.activations import extract_features
-    from trainer.eval.probe import ProbeOptions, read_biographies, run
-    from trainer.eval.probe import _rows as probe_rows
+    from trainer.eval.probe import ProbeOptions, probe_request, run
     from trainer.eval.registry import EvalContext
 
     scratch = None
@@ -64,9 +64,10 @@ def main() -> None:
     for r in range(args.rounds):
         seconds, _, _, docs = timed(lambda: read_biographies(corpus_dir, args.people))
         times.setdefault("read biographies", []).append(seconds)
-        for kind in ("p", "q"):
-            seconds, _, _, (tokens, positions, rows, _) = timed(
-                lambda k=kind, d=docs: probe_rows(context, d, k))
+        for kind, kind_targets in (("p", p_targets), ("q", q_targets)):
+            request = probe_request(context, ProbeOptions(max_people=args.people), [kind])
+            seconds, _, _, found = timed(lambda t=kind_targets, q=request, d=docs: t(q, d))
+            tokens, positions = found.reading.documents, found.reading.positions
             times.setdefault(f"{kind.upper()}: find positions", []).append(seconds)
             batches = (args.batch_size, 1) if r % 2 == 0 else (1, args.batch_size)
             features = {}
@@ -76,7 +77,8 @@ def main() -> None:
                                                                              layers))
                 times.setdefault(f"{kind.upper()}: extract, batch {batch}", []).append(seconds)
             assert np.allclose(features[1], features[args.batch_size], atol=1e-5), kind
-        print(f"  round {r + 1}: {len(docs)} people, {len(rows)} Q rows", flush=True)
+        print(f"  round {r + 1}: {len(docs)} people, {sum(map(len, positions))} Q rows",
+              flush=True)
     print(f"\n{args.people} people, {len(layers)} layers, torch threads "
           f"{torch.get_num_threads()}; medians of {args.rounds} rounds")
     print("| part | seconds | per 10,000 people, s | batched / batch 1 |")

@@ -1,8 +1,9 @@
-"""NT probing (`trainer.eval.probe` on a cfg corpus, Part 1): the held-out strings' parse-tree
-labels at each terminal's token, probes of planted models (the true NT ancestors and boundaries
-planted at each terminal's token: accuracy 1.0 on every level; planted one token late or noise:
-not, or at the majority baseline), the model's context and the per-string cap on positions, the
-refusals, and `physlm eval --task probe` on a tiny GPT trained on a cfg corpus."""
+"""NT probing (`trainer.eval.probe` on a cfg corpus, Part 1; the family's targets in
+`corpus_gen.cfg.probe_targets`): the held-out strings' parse-tree labels at each terminal's
+token, probes of planted models (the true NT ancestors and boundaries planted at each terminal's
+token: accuracy 1.0 on every level; planted one token late or noise: not, or at the majority
+baseline), the model's context and the per-string cap on positions, the refusals, and
+`physlm eval --task probe` on a tiny GPT trained on a cfg corpus."""
 
 import json
 import shutil
@@ -14,9 +15,10 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from corpus_gen.cfg.grammar import load_grammar
+from corpus_gen.cfg.probe_targets import HELD_OUT, read_strings
 from corpus_gen.cfg.sample import replay
 from corpus_gen.core.config import load_config
-from corpus_gen.core.errors import ConfigError
+from corpus_gen.core.errors import ConfigError, CorpusError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
@@ -24,7 +26,7 @@ from tests.conftest import ROOT, record_eval_set, tiny_experiment_file
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
-from trainer.eval.probe import CFG_TEST, ProbeOptions, corpus_family, figure, read_cfg_strings, run
+from trainer.eval.probe import ProbeOptions, family_probes, figure, probe_request, run
 from trainer.eval.registry import EvalContext
 from trainer.model import ModelConfig
 
@@ -52,7 +54,7 @@ def tokenizer(corpus):
 @pytest.fixture(scope="module")
 def strings(corpus):
     """The held-out strings, read here as the brief of the corpus says, not by the task."""
-    return [json.loads(line) for line in (corpus / CFG_TEST).read_text().splitlines()]
+    return [json.loads(line) for line in (corpus / HELD_OUT).read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +124,12 @@ def context_for(model: nn.Module, tokenizer: Tokenizer, corpus) -> EvalContext:
     return EvalContext(model, tokenizer, corpus, corpus, torch.device("cpu"))
 
 
-def test_the_corpus_is_what_the_probes_need(corpus, strings, labels):
-    assert corpus_family(corpus) == "cfg" and len(strings) == STRINGS
-    grammar, read, samples = read_cfg_strings(corpus, 30)
+def test_the_corpus_is_what_the_probes_need(corpus, tokenizer, strings, labels):
+    assert family_probes(corpus)[0] == "cfg" and len(strings) == STRINGS
+    request = probe_request(context_for(plant(tokenizer, strings[:1], labels[:1], lambda _, a, b:
+                                              truth(a, b)), tokenizer, corpus),
+                            ProbeOptions(max_strings=30), ["ancestor"])
+    grammar, read, samples = read_strings(request)
     assert grammar.sizes == [1, 3, 3, 3, 3, 3, 3] and read == strings[:30]
     assert np.array_equal(samples.labels.ancestor[:, : samples.offsets[1]], labels[0][0])
     assert min(len(s["terminals"]) for s in strings) >= 100
@@ -213,24 +218,37 @@ def test_refusals_name_what_is_wrong_in_one_line(tokenizer, strings, labels, cor
                                 "ancestor, boundary")
     damaged = tmp_path / "damaged"
     shutil.copytree(corpus, damaged)
-    manifest = json.loads((damaged / "manifest.json").read_text())
-    del manifest["family"]  # a grammar.json beside the shards still says cfg
-    (damaged / "manifest.json").write_text(json.dumps(manifest))
-    assert corpus_family(damaged) == "cfg"
-    (damaged / CFG_TEST).write_text((corpus / CFG_TEST).read_text().splitlines()[0] + "\n")
+    (damaged / HELD_OUT).write_text((corpus / HELD_OUT).read_text().splitlines()[0] + "\n")
     record_eval_set(damaged, "cfg_test")  # a corpus generated with one held-out string
-    with pytest.raises(TrainError, match=r"cfg_test.jsonl: 1 strings; the probe task needs at "
+    with pytest.raises(TrainError, match=r"damaged: 1 strings to probe; the probe task needs at "
                                          r"least 2 \(probe-train and probe-test\)$"):
         run(context_for(model, tokenizer, damaged), ProbeOptions())
-    (damaged / CFG_TEST).unlink()
+    (damaged / HELD_OUT).unlink()
     with pytest.raises(TrainError, match=r"damaged/eval/cfg_test.jsonl: missing; the probe task "
-                                         r"needs a bios or cfg corpus with its grammar and "
-                                         r"held-out strings \(eval_samples >= 2\); run physlm "
-                                         r"verify \S*damaged$"):
+                                         r"needs a cfg corpus's grammar and held-out strings "
+                                         r"\(eval_samples >= 2\); run physlm verify \S*damaged$"):
         run(context_for(model, tokenizer, damaged), ProbeOptions())
-    (damaged / "grammar.json").unlink()
-    with pytest.raises(TrainError, match=r"damaged: a None corpus; the probe task needs a bios "
-                                         r"or cfg corpus$"):
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    del manifest["family"]  # a grammar.json beside the shards does not make it a cfg corpus
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TrainError, match=r"damaged: a None corpus, whose family registers no "
+                                         r"probe targets; the probe task reads bios or cfg "
+                                         r"corpora$"):
+        run(context_for(model, tokenizer, damaged), ProbeOptions())
+
+
+def test_strings_whose_rule_choices_derive_other_terminals_are_refused_naming_the_file(
+        tokenizer, strings, labels, corpus, tmp_path):
+    model = plant(tokenizer, strings[:3], labels[:3], lambda _, a, b: truth(a, b))
+    damaged = tmp_path / "damaged"
+    shutil.copytree(corpus, damaged)
+    rows = [dict(s) for s in strings[:3]]
+    rows[1]["terminals"] = rows[1]["terminals"][::-1]
+    (damaged / HELD_OUT).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    record_eval_set(damaged, "cfg_test")
+    with pytest.raises(CorpusError, match=r"damaged/eval/cfg_test.jsonl: string 1: its rule "
+                                          r"choices derive other terminals than it lists; is "
+                                          r"\S*damaged/grammar.json its grammar\?$"):
         run(context_for(model, tokenizer, damaged), ProbeOptions())
 
 

@@ -1,10 +1,13 @@
-"""Linear probing (`trainer.eval.probe`, Part 3.1): special positions, batched extraction of
-hidden states, probes of planted models (a label planted at the probed token: accuracy 1.0; noise
-there: chance), a model trained on the biographies beating the same model at init, and the task
-end to end with its refusals."""
+"""Linear probing (`trainer.eval.probe`) of a bios corpus (Part 3.1, the family's targets in
+`corpus_gen.bios.probe_targets`): special positions, batched extraction of hidden states, probes
+of planted models (a label planted at the probed token: accuracy 1.0; noise there: chance), a
+model trained on the biographies beating the same model at init, the task end to end with its
+refusals; and the task's contract with families (a toy family's probes and options)."""
 
+import dataclasses
 import json
 import shutil
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -14,9 +17,13 @@ from torch import nn
 
 from corpus_gen.bios.people import ATTRIBUTES, full_name
 from corpus_gen.bios.pools import PACKAGED
-from corpus_gen.core.config import load_config
-from corpus_gen.core.errors import ConfigError
+from corpus_gen.bios.probe_targets import label, read_biographies, special_positions
+from corpus_gen.core import probe_targets as probes
+from corpus_gen.core import registry
+from corpus_gen.core.config import CorpusConfig, load_config
+from corpus_gen.core.errors import ConfigError, CorpusError
 from corpus_gen.core.generate import generate_corpus
+from corpus_gen.core.manifest import FORMAT
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.tokenizer import Tokenizer
 from tests.conftest import ROOT, memorize, tiny_experiment_file
@@ -24,7 +31,7 @@ from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
 from trainer.eval.activations import extract_features
-from trainer.eval.probe import ProbeOptions, label, read_biographies, run, special_positions
+from trainer.eval.probe import ProbeOptions, figure, options_schema, run
 from trainer.eval.registry import EvalContext
 from trainer.eval.runner import evaluate
 from trainer.model import GPT, ModelConfig
@@ -255,8 +262,8 @@ def test_a_corpus_without_biographies_is_refused_in_one_line(tokenizer, docs, co
     damaged = tmp_path / "damaged"
     shutil.copytree(corpus, damaged)
     (damaged / "train" / "shard-000001.tar").unlink()
-    with pytest.raises(TrainError, match=r"^\S*damaged/train/shard-000001.tar: shard missing; "
-                                         r"run physlm verify \S*damaged$"):
+    with pytest.raises(CorpusError, match=r"^\S*damaged/train/shard-000001.tar: shard missing; "
+                                          r"run physlm verify \S*damaged$"):
         run(context_for(model, tokenizer, damaged), ProbeOptions())
     path = tmp_path / "igsm.yaml"
     path.write_text("family: igsm\n")
@@ -264,8 +271,8 @@ def test_a_corpus_without_biographies_is_refused_in_one_line(tokenizer, docs, co
                                 "eval_problems=1", "tokenizer.vocab_size=400",
                                 "tokenizer.sample_records=20"], schemas())
     generate_corpus(config, tmp_path / "igsm", progress=False, log=lambda *_: None)
-    with pytest.raises(TrainError, match=r"igsm: a igsm corpus; the probe task needs a bios "
-                                         r"or cfg corpus$"):
+    with pytest.raises(TrainError, match=r"igsm: a igsm corpus, whose family registers no probe "
+                                         r"targets; the probe task reads bios or cfg corpora$"):
         run(context_for(model, tokenizer, tmp_path / "igsm"), ProbeOptions())
 
 
@@ -314,3 +321,80 @@ def test_physlm_eval_refuses_a_missing_layer_in_one_line_writing_nothing(run_dir
         "layers 0-2 (0: the embeddings)\n")
     assert not (run_copy / "eval" / "probe.json").exists()
     assert not (run_copy / "eval" / "probe.png").exists()
+
+
+@dataclass
+class ToyOptions:
+    max_numbers: int = 8
+
+    def validate(self) -> None:
+        if self.max_numbers < 2:
+            raise ConfigError("max_numbers", self.max_numbers, "must be >= 2")
+
+
+def toy_targets(request: probes.ProbeRequest) -> probes.ProbeTargets:
+    """Numbers 0 .. max_numbers - 1, number i the document [1, i + 2] read at both tokens;
+    columns: its low bit (every row) and its high bit (the second token's rows only)."""
+    n = request.options.max_numbers
+    reading = probes.Reading([[1, i + 2] for i in range(n)], [[0, 1]] * n)
+    labels = {"low": [i % 2 for i in range(n) for _ in (0, 1)],
+              "high": [(i // 2) % 2 if token else None for i in range(n) for token in (0, 1)]}
+    kinds = {"bits": probes.KindTargets(labels, {"odd": 1})}
+    return probes.ProbeTargets("numbers", "bit", kinds, reading, {"base": "two"})
+
+
+TOY = probes.ProbeSpec({"bits": "the number's bits"}, toy_targets, ToyOptions)
+
+
+@pytest.fixture
+def toy_family(monkeypatch, tmp_path):
+    """A family registered with probe targets and an option of its own, and a corpus of it (a
+    manifest alone: its targets read nothing else)."""
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry.families()))
+    registry.register(registry.Family("toy", 1, CorpusConfig, None, None, None,
+                                      probe_targets=TOY))
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"format": FORMAT, "family": "toy", "shards": [], "tokenizer": {}, "eval": []}))
+    return tmp_path
+
+
+def test_a_family_plugs_in_its_probes_and_its_options_without_the_task_knowing_it(toy_family):
+    schema = options_schema()
+    options = schema(max_numbers=12)
+    assert [f.name for f in dataclasses.fields(schema)][:5] == [
+        "max_people", "max_strings", "positions_per_string", "max_numbers", "kinds"]
+    with pytest.raises(ConfigError) as error:
+        schema(max_numbers=1).validate()
+    assert error.value.key == "max_numbers"
+    with pytest.raises(ConfigError) as error:
+        schema(kinds=["z"]).validate()
+    assert error.value.reason == ("must be p, q (bios corpus) or ancestor, boundary (cfg "
+                                  "corpus) or bits (toy corpus)")
+    # nothing planted at token 0 of each document; at token 1 its high bit and its low bit
+    codes = {(1,): np.zeros(2)}
+    codes |= {(1, i + 2): np.array([(i // 2) % 2, i % 2], dtype=float) for i in range(12)}
+    results = run(EvalContext(Planted(codes), None, toy_family, toy_family, torch.device("cpu")),
+                  options)
+    assert list(results)[:3] == ["base", "numbers", "positions"]
+    assert results["numbers"] == {"train": 10, "test": 2}
+    assert results["positions"] == {"train": 20, "test": 4}
+    entry = results["bits"]
+    assert entry["n_train"] == {"low": 20, "high": 10} and entry["skipped"] == {"odd": 1}
+    # the high bit is read at token 1 alone; the low bit at both tokens, and the two probe-test
+    # numbers (one odd) look alike at token 0: one of those two rows is wrong
+    assert entry["accuracy"] == {"high": [1.0, 1.0, 1.0], "low": [0.75, 0.75, 0.75]}
+    assert entry["chance"] == {"low": 0.5, "high": 0.5} and entry["n_test"]["low"] == 4
+    assert results["summary"]["bits_high"] == 1.0 and results["best_layer"]["bits_high"] == 0
+    assert results["about"] == {"subjects": "numbers", "columns": "bit",
+                                "titles": {"bits": "the number's bits"}, "facts": ["base"]}
+    assert figure(results | {"step": 3}).texts[0].get_text() == (
+        "Linear probes by layer and bit (two, step 3; 10 probe-train / 2 probe-test numbers, "
+        "20 / 4 positions)")
+
+
+def test_two_families_that_name_one_probe_option_are_refused(toy_family):
+    registry.register(registry.Family("toy2", 1, CorpusConfig, None, None, None,
+                                      probe_targets=TOY))
+    with pytest.raises(ValueError, match=r"^eval.probe.max_numbers: an option of the toy "
+                                         r"family and of the toy2 family$"):
+        options_schema()

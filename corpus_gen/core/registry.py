@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from corpus_gen.core.config import CorpusConfig
+from corpus_gen.core.probe_targets import ProbeSpec
 from corpus_gen.core.records import BATCH, Batch, Record
 
 
@@ -39,10 +40,14 @@ class Family:
     # small files the family writes beside the shards, by name (a CFG corpus's grammar.json)
     files: Callable[[CorpusConfig], dict[str, bytes]] | None = None
     # a fixed vocabulary: the token names by id, each document's text those names joined by
-    # single spaces (integer-token tasks); None: a SentencePiece tokenizer trained on the corpus
+    # single spaces (integer-token tasks), among them "<eos>", the end of document that the
+    # trainer appends and documents never hold (see vocabulary.py); the corpus then has
+    # vocab.json and no tokenizer.* options. None: a SentencePiece tokenizer trained on the corpus
     vocabulary: Callable[[CorpusConfig], Sequence[str]] | None = None
-    # what the probe evaluation task reads off this family's corpora (see its module)
-    probe_targets: Callable | None = None
+    # what the probe evaluation task reads off this family's corpora: its kinds of probe, its
+    # eval.probe options and, per corpus, the hidden states to read with their labels
+    # (corpus_gen/core/probe_targets.py)
+    probe_targets: ProbeSpec | None = None
 
     def document_batches(self, config: CorpusConfig, start: int, stop: int) -> Iterator[Batch]:
         """The documents at stream positions [start, stop), in batches of at most BATCH."""
