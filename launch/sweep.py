@@ -11,7 +11,7 @@ grid:                             # axes crossed with each other, the first oute
     L8_d192: {model.n_layer: 8, model.d_model: 192}
 zip: {}                           # axes advanced together (equal lengths), crossed with grid
 seeds: [0, 1]                     # train.seed: the `seed` axis, innermost
-slurm: {...}                      # resources for physlm submit (launch/slurm.py)
+slurm: {...}                      # resources for physlm submit (launch/slurm_config.py)
 ```
 
 A run is named by its axis values, `shape-L2_d384.pos-rope.seed-0` (a key axis by its last

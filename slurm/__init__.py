@@ -1,4 +1,4 @@
-"""The sbatch templates `physlm submit` renders (launch/slurm.py): plain bash scripts with
+"""The sbatch templates `physlm submit` renders (launch/slurm_scripts.py): plain bash scripts with
 `{{name}}` placeholders, shipped as package data so that an installed physlm finds them.
 An admin reads a template here, or the script rendered from it under `<plan root>/slurm/`."""
 

@@ -1,7 +1,7 @@
 # The part every physlm sbatch script shares, rendered into it at {{preamble}}:
 # the #SBATCH block, then the directory and the cluster's setup lines.
 #
-# Rendered by `physlm submit` (launch/slurm.py) from the template slurm/{{template}}, for the
+# Rendered by `physlm submit` (launch/slurm_scripts.py) from the template slurm/{{template}}, for the
 # plan {{plan}}; physlm submit writes this file again on every submission, so change the
 # template or the slurm config (configs/slurm/, the sweep's `slurm:`), not this file.
 {{sbatch}}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corpus_gen.bios.bio_r import GRAMMAR_FILE, load_grammar
+from corpus_gen.bios.bio_r_grammar import GRAMMAR_FILE, load_grammar
 from corpus_gen.bios.people import ATTRIBUTES
 from corpus_gen.bios.templates import SUBJECT_SLOTS
 from corpus_gen.core.errors import CorpusError

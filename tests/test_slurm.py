@@ -20,7 +20,8 @@ from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import corpus_fingerprint, shard_name
 from corpus_gen.core.manifest import PROGRESS, record_progress
 from launch.plan import load_plan
-from launch.slurm import array_spec, load_slurm_config, submit
+from launch.slurm import load_slurm_config, submit
+from launch.slurm_scripts import array_spec
 from launch.slurm_status import JOBS, slurm_states, task_keys
 from tests.test_suite import SUITE
 from trainer.errors import TrainError
@@ -264,7 +265,7 @@ def test_time_limits_are_read_as_written_not_as_yaml_base_60_numbers(work):
 
 
 def test_slurm_seconds_reads_every_slurm_time_format():
-    from launch.slurm import slurm_seconds
+    from launch.slurm_config import slurm_seconds
 
     assert [slurm_seconds(t) for t in ("90", "1:30", "2:00:00", "1-12", "1-0:30", "2-00:00:10")
             ] == [5400, 90, 7200, 129600, 88200, 172810]
