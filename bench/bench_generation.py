@@ -66,7 +66,7 @@ def hf_llama_copy(ours: nn.Module) -> nn.Module:
     c = ours.config
     config = hf_llama_config(vocab=c.vocab_size, d_model=c.d_model, ffn_dim=c.ffn_dim,
                              layers=c.n_layer, heads=c.n_head, ctx=c.ctx,
-                             rope_theta=c.rope_theta, bos_token_id=None, eos_token_id=None,
+                             rope_theta=c.rope.theta, bos_token_id=None, eos_token_id=None,
                              pad_token_id=0)
     theirs = transformers.LlamaForCausalLM(config).eval()
     assert theirs.config._attn_implementation == "sdpa", theirs.config._attn_implementation

@@ -81,10 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def physlm_config(args: argparse.Namespace, pair: str):
     from trainer.model import ModelConfig
+    from trainer.model.positional_options import RopeOptions
 
     common = dict(n_layer=args.layers, n_head=args.heads, d_model=args.d_model,
                   vocab_size=args.vocab, ctx=args.ctx, dropout=0.0, attention="auto",
-                  rope_theta=args.rope_theta)
+                  rope=RopeOptions(theta=args.rope_theta))
     if pair == "llama":
         return ModelConfig(pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
                            tie_embeddings=False, **common)

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from trainer.eval.generation import generate
-from trainer.model import GPT, POSITIONAL, ModelConfig
+from trainer.model import GPT, ModelConfig, encodings
 
-ENCODINGS = sorted(POSITIONAL)
+ENCODINGS = sorted(encodings())
 VOCAB = 61
 PROMPTS = [[5, 17, 3], [9, 2, 44, 31, 7, 12, 30], [8], [60, 1, 1, 22, 40]]
 

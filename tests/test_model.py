@@ -3,17 +3,19 @@ the KV cache agree with the full computation to float tolerance; counts and conf
 
 import math
 from dataclasses import replace
+from operator import attrgetter
 
 import pytest
 import torch
 
-from corpus_gen.core.errors import ConfigError
-from trainer.model import GPT, POSITIONAL, ModelConfig
+from trainer.model import GPT, ModelConfig, encodings
 from trainer.model.attention import HAVE_FLASH, build_mask
+from trainer.model.errors import ModelConfigError
 from trainer.model.kv_cache import KVCache
 from trainer.model.positional import ALiBi, RelativeBias, Rotary, alibi_slopes
+from trainer.model.positional_options import RelativeOptions, RopeOptions
 
-ENCODINGS = sorted(POSITIONAL)
+ENCODINGS = sorted(encodings())
 VOCAB = 61
 
 
@@ -155,7 +157,7 @@ def test_sdpa_takes_the_causal_fast_path_only_without_mask_or_bias():
     ids, positions, docs = packed_batch()
 
     def tensor(pos, doc=None):
-        positional = POSITIONAL[pos](ModelConfig(n_head=4, d_model=64, pos=pos))
+        positional = encodings()[pos].load()(ModelConfig(n_head=4, d_model=64, pos=pos))
         return build_mask("sdpa", positional, positions, positions, doc, doc, torch.float32).tensor
 
     assert tensor("rope") is None and tensor("learned") is None and tensor("none") is None
@@ -231,12 +233,12 @@ def test_alibi_slopes_are_the_standard_geometric_sequence():
 
 
 def test_relative_buckets_are_exact_near_and_logarithmic_far():
-    relative = RelativeBias(ModelConfig(pos="relative", relative_buckets=32,
-                                        relative_max_distance=128))
+    relative = RelativeBias(ModelConfig(pos="relative",
+                                        relative=RelativeOptions(buckets=32, max_distance=128)))
     buckets = relative.bucket(torch.arange(300)).tolist()
     assert buckets[:16] == list(range(16))
     assert buckets == sorted(buckets) and set(buckets) == set(range(32))
-    assert set(buckets[128:]) == {31}  # relative_max_distance and beyond share the last
+    assert set(buckets[128:]) == {31}  # max_distance and beyond share the last
     # the other 16 buckets split 16..128 log-evenly: each doubling of distance (a third of the
     # way from 16 to 128 = 16 * 2^3) moves 16/3 buckets on
     assert (buckets[32], buckets[64]) == (16 + 5, 16 + 10)
@@ -265,35 +267,32 @@ def test_rope_scores_depend_only_on_relative_position():
     ({"d_model": 12}, "d_model"),  # rope on an odd head dim (3)
     ({"n_layer": 0}, "n_layer"),
     ({"dropout": 1.0}, "dropout"),
-    ({"pos": "relative", "relative_max_distance": 16}, "relative_max_distance"),
+    ({"pos": "relative", "relative": RelativeOptions(max_distance=16)}, "relative.max_distance"),
     ({"attention": "flash_attn", "pos": "relative"}, "attention"),
 ])
 def test_config_errors_name_the_field(overrides, field):
     config = ModelConfig(vocab_size=VOCAB, **overrides)
-    with pytest.raises(ValueError, match=rf"^{field}={getattr(config, field)!r}: "):
+    with pytest.raises(ValueError, match=rf"^{field}={attrgetter(field)(config)!r}: "):
         config.validate()
     with pytest.raises(ValueError, match=rf"^{field}="):
         GPT(config)
 
 
 @pytest.mark.parametrize("pos,overrides,message", [
-    ("rope", {"rope_theta": 0.0}, "rope_theta=0.0: must be > 0 and finite"),
+    ("rope", {"rope": RopeOptions(theta=0.0)}, "rope.theta=0.0: must be > 0 and finite"),
     ("rope", {"d_model": 12}, "d_model=12: rope needs an even head dim; d_model / n_head = 3"),
-    ("relative", {"relative_buckets": 1}, "relative_buckets=1: must be >= 2"),
-    ("relative", {"relative_max_distance": 16},
-     "relative_max_distance=16: must exceed relative_buckets // 2 = 16"),
+    ("relative", {"relative": RelativeOptions(buckets=1)}, "relative.buckets=1: must be >= 2"),
+    ("relative", {"relative": RelativeOptions(max_distance=16)},
+     "relative.max_distance=16: must exceed buckets // 2 = 16"),
 ])
 def test_each_encoding_checks_its_own_options(pos, overrides, message):
     config = ModelConfig(vocab_size=VOCAB, pos=pos, **overrides)
-    for validate in (POSITIONAL[pos].validate, ModelConfig.validate):
-        with pytest.raises(ConfigError) as caught:
-            validate(config)
-        assert str(caught.value) == message
-        assert caught.value.key == message.split("=")[0]
-    # another encoding's options are not checked; pos_only reads relative's options, so it shares
-    # relative's validate (inherited) and rightly refuses them too
-    own = POSITIONAL[pos].validate
-    for other in sorted(name for name in POSITIONAL if POSITIONAL[name].validate is not own):
+    with pytest.raises(ModelConfigError) as caught:
+        config.validate()
+    assert str(caught.value) == message
+    assert caught.value.key == message.split("=")[0]
+    # another encoding's options are not checked (pos_only has buckets of its own)
+    for other in sorted(set(encodings()) - {pos}):
         ModelConfig(vocab_size=VOCAB, pos=other, **overrides).validate()
 
 
@@ -312,7 +311,7 @@ def test_flash_attn_without_flash_installed_fails_at_construction():
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_FLASH),
                     reason="flash_attn needs CUDA and the flash-attn package")
 @pytest.mark.parametrize("packed", [False, True], ids=["one-doc", "packed"])
-@pytest.mark.parametrize("pos", [p for p in ENCODINGS if POSITIONAL[p].flash_compatible])
+@pytest.mark.parametrize("pos", [p for p in ENCODINGS if encodings()[p].flash_compatible])
 def test_flash_attn_matches_sdpa_in_bf16(pos, packed):
     flash = build(pos, attention="flash_attn").cuda().bfloat16()
     sdpa = twin(flash, attention="sdpa").cuda().bfloat16()

@@ -16,6 +16,7 @@ from trainer.model import attention as attention_module
 from trainer.model.attention import build_mask
 from trainer.model.kv_cache import KVCache
 from trainer.model.positional import Uniform
+from trainer.model.positional_options import RelativeOptions
 
 ENCODINGS = ["pos_only", "uniform"]
 VOCAB = 61
@@ -128,7 +129,7 @@ def test_pos_only_attention_weights_ignore_token_content(pos, content_free, monk
 
 
 def test_pos_only_keeps_one_table_per_layer_out_of_decay_and_the_embedding_count():
-    model = build("pos_only", n_layer=3, relative_buckets=16, relative_max_distance=64)
+    model = build("pos_only", n_layer=3, pos_only=RelativeOptions(buckets=16, max_distance=64))
     tables = model.positional.tables
     assert [tuple(t.weight.shape) for t in tables] == [(16, 4)] * 3
     assert model.num_parameters(non_embedding=False) - model.num_parameters() == 3 * 16 * 4
@@ -156,7 +157,7 @@ def test_pos_only_layers_learn_their_own_tables():
 
 
 def test_pos_only_mask_holds_one_bucket_map_and_builds_a_layer_at_a_time():
-    model = build("pos_only", relative_buckets=8, relative_max_distance=16)
+    model = build("pos_only", pos_only=RelativeOptions(buckets=8, max_distance=16))
     ids, positions, docs = packed_batch()
     mask = build_mask("sdpa", model.positional, positions, positions, docs, docs, torch.float32)
     assert mask.tensor.shape == (2, 1, 20, 20)  # causal and document part, shared by layers

@@ -16,7 +16,7 @@ from corpus_gen.core.tokenizer import Tokenizer, train_tokenizer
 from trainer.eval.generation import generate
 from trainer.eval.qa import score_split
 from trainer.eval.registry import EvalContext
-from trainer.model import POSITIONAL, ModelConfig
+from trainer.model import ModelConfig, encodings
 
 # Multi-word answers throughout, each person's first words differ from every other's, and names
 # of different lengths, so that a batch of prompts is left-padded.
@@ -75,7 +75,7 @@ class PlantedModel(nn.Module):
         self.config = ModelConfig(n_layer=1, n_head=1, d_model=1, vocab_size=vocab_size, ctx=ctx,
                                   pos="learned")
         self.tok_emb = nn.Embedding(vocab_size, 1)
-        self.positional = POSITIONAL["learned"](self.config)
+        self.positional = encodings()["learned"].load()(self.config)
         self.table, self.fallback = table, fallback
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -276,7 +276,7 @@ def test_questions_whose_answer_cannot_fit_the_positions_count_as_wrong(tokenize
     ctx = sorted(needs)[len(needs) // 2]
     model = plant(tokenizer, rows, [right(r) for r in rows])
     model.config.ctx = ctx
-    model.positional = POSITIONAL["learned"](model.config)
+    model.positional = encodings()["learned"].load()(model.config)
     result = score_split(context_for(model, tokenizer, tmp_path), rows, batch_size)
     fit = sum(n <= ctx for n in needs)
     assert 0 < fit < len(rows)

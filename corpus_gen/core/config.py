@@ -16,7 +16,7 @@ import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from corpus_gen.core.errors import ConfigError, CorpusError
+from corpus_gen.core.errors import ConfigError, ConfigValueError, CorpusError
 
 COMMAND_LINE = "command line"
 
@@ -186,7 +186,7 @@ def build_config(schema: type, layers: list[tuple[DictConfig, str]], prefix: str
         raise _omegaconf_error(exc, merged, layers[-1][1], prefix) from None
     try:
         config.validate()
-    except ConfigError as exc:
+    except (ConfigError, ConfigValueError) as exc:
         source = next((s for given, s in reversed(layers)
                        if OmegaConf.select(given, exc.key, default=None) is not None),
                       layers[0][1])

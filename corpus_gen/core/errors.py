@@ -13,3 +13,12 @@ class ConfigError(CorpusError):
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{key}={value!r}: {reason}")
 
+
+class ConfigValueError(ValueError):
+    """A value a config schema's `validate()` refuses, by key, raised by libraries that are not
+    corpora (the model): not a CorpusError. build_config reports it as the ConfigError of the key
+    under its group, naming the file it came from."""
+
+    def __init__(self, key: str, value: object, reason: str):
+        self.key, self.value, self.reason = key, value, reason
+        super().__init__(f"{key}={value!r}: {reason}")

@@ -58,14 +58,15 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
 
 
-def pick_backend(requested: str, positional: Positional, x: Tensor, cached: bool) -> str:
+def pick_backend(requested: str, flash_compatible: bool, x: Tensor, cached: bool) -> str:
     """flash_attn where requested (or auto) and able to run this pass, else sdpa (or math).
 
-    Flash needs CUDA tensors in fp16/bf16; KV-cache steps (decoding) always go through sdpa.
+    Flash needs an encoding it can run (the registration's flash_compatible) and CUDA tensors
+    in fp16/bf16; KV-cache steps (decoding) always go through sdpa.
     """
     if requested == "math":
         return "math"
-    flash_able = (HAVE_FLASH and positional.flash_compatible and x.is_cuda and not cached
+    flash_able = (HAVE_FLASH and flash_compatible and x.is_cuda and not cached
                   and compute_dtype(x) in (torch.float16, torch.bfloat16))
     return "flash_attn" if requested != "sdpa" and flash_able else "sdpa"
 

@@ -1,11 +1,12 @@
 """The model config's one error, raised by ModelConfig and by each encoding's option checks."""
 
-from corpus_gen.core.errors import ConfigError
+from corpus_gen.core.errors import ConfigValueError
 
 
-class ModelConfigError(ConfigError, ValueError):
-    """A field out of range: a ConfigError so experiment loading reports it like any config key
-    (with the `model.` prefix and its file), a ValueError for code that builds a GPT directly."""
+class ModelConfigError(ConfigValueError):
+    """A field out of range, named by key: a ValueError for code that builds a GPT directly, not a
+    CorpusError; experiment loading (build_config) reports it as the ConfigError of `model.<key>`
+    in its file."""
 
 
 def require(condition: bool, field: str, value: object, reason: str) -> None:

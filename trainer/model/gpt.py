@@ -1,4 +1,8 @@
-"""The GPT stack: embeddings, pre-norm blocks, tied or untied head."""
+"""The GPT stack: embeddings, pre-norm blocks, tied or untied head.
+
+A block runs the hooks of the block options that are on (registry.py: none by default, and then
+no parameters and no work) on its normed input before attention and before the MLP.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,10 @@ from trainer.model.attention import (
     linear_chunks,
     pick_backend,
 )
-from trainer.model.config import ModelConfig
+from trainer.model.config import ModelConfig, complete
 from trainer.model.kv_cache import KVCache
-from trainer.model.positional import POSITIONAL, Positional
+from trainer.model.positional import Positional
+from trainer.model.registry import block_options, encodings
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
@@ -52,32 +57,68 @@ class SwiGLU(nn.Module):
         return self.drop(self.proj(F.silu(gate) * up))
 
 
+class BlockHook(nn.Module):
+    """A block option's module in one block, with identity answers; an option overrides the
+    hooks it uses. Each takes the normed input x [B, T, C] of the new tokens, their positions
+    and document ids ([B, T] or [1, T]; doc None: one document), and while decoding the KV
+    cache, where an option keeps what it needs across steps (`cache.state`) under its layer.
+    GPT's init redraws a hook's nn.Linear and nn.Embedding weights like every other; a weight
+    the option sets up itself is best an nn.Parameter or another module. These are the points
+    Part 4.1 calls Canon-A and Canon-C; its B (on the projected q, k, v) and D (inside the MLP)
+    are not hook points yet."""
+
+    def before_attention(self, x: Tensor, pos: Tensor, doc: Tensor | None,
+                         cache: KVCache | None, layer: int) -> Tensor:
+        return x
+
+    def before_mlp(self, x: Tensor, pos: Tensor, doc: Tensor | None, cache: KVCache | None,
+                   layer: int) -> Tensor:
+        return x
+
+
+def block_hooks(config: ModelConfig, layer: int) -> dict[str, BlockHook]:
+    """The modules of the block options that are on, by name, for block `layer`."""
+    built = {name: option.load()(config, layer) for name, option in block_options().items()}
+    return {name: hook for name, hook in built.items() if hook is not None}
+
+
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig, positional: Positional):
+    def __init__(self, config: ModelConfig, positional: Positional, layer: int):
         super().__init__()
         self.norm1 = make_norm(config)
         self.attn = CausalSelfAttention(config, positional)
         self.norm2 = make_norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
+        self.hooks = nn.ModuleDict(block_hooks(config, layer))  # empty: no parameters
 
-    def forward(self, x: Tensor, pos: Tensor, mask: AttentionMask, cache: KVCache | None,
-                layer: int) -> Tensor:
-        x = x + self.attn(self.norm1(x), pos, mask, cache, layer)
-        return x + self.mlp(self.norm2(x))
+    def forward(self, x: Tensor, pos: Tensor, doc: Tensor | None, mask: AttentionMask,
+                cache: KVCache | None, layer: int) -> Tensor:
+        h = self.norm1(x)
+        for hook in self.hooks.values():
+            h = hook.before_attention(h, pos, doc, cache, layer)
+        x = x + self.attn(h, pos, mask, cache, layer)
+        h = self.norm2(x)
+        for hook in self.hooks.values():
+            h = hook.before_mlp(h, pos, doc, cache, layer)
+        return x + self.mlp(h)
 
 
 class GPT(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
+        config = complete(config)  # with the groups of plug-ins registered since it was made
         config.validate()
         if config.vocab_size < 1:
             raise ValueError(f"vocab_size={config.vocab_size!r}: must be >= 1 (set it from the "
                              "corpus's tokenizer)")
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
-        self.positional = POSITIONAL[config.pos](config)
+        encoding = encodings()[config.pos]
+        self.positional = encoding.load()(config)
+        self.flash_compatible = encoding.flash_compatible
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, self.positional) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, self.positional, layer)
+                                    for layer in range(config.n_layer))
         self.norm = make_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -117,11 +158,11 @@ class GPT(nn.Module):
         if cache is not None:
             k_pos, k_doc = cache.extend(pos, 0 if doc_ids is None else doc_ids)
             doc_ids = k_doc[:, offset:]
-        backend = pick_backend(self.config.attention, self.positional, x, cache is not None)
+        backend = pick_backend(self.config.attention, self.flash_compatible, x, cache is not None)
         mask = build_mask(backend, self.positional, pos, k_pos, doc_ids, k_doc, compute_dtype(x))
 
         for layer, block in enumerate(self.blocks):
-            x = block(x, pos, mask, cache, layer)
+            x = block(x, pos, doc_ids, mask, cache, layer)
         if last_only:
             x = x[:, -1:]
         return self.lm_head(self.norm(x)).float()

@@ -6,7 +6,8 @@ from torch import Tensor
 
 class KVCache:
     """Keys and values of every token seen so far, per layer, in preallocated buffers, with the
-    tokens' positions and document ids (shared by all layers)."""
+    tokens' positions and document ids (shared by all layers), and what block options keep
+    across steps (a causal convolution: its last inputs) in `state`, by (layer, option name)."""
 
     def __init__(self, n_layer: int, batch: int, n_head: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str):
@@ -15,6 +16,7 @@ class KVCache:
         self.pos = torch.zeros(batch, max_len, dtype=torch.long, device=device)
         self.doc = torch.zeros_like(self.pos)
         self.length = 0
+        self.state: dict[tuple[int, str], Tensor] = {}
 
     def extend(self, pos: Tensor, doc: Tensor) -> tuple[Tensor, Tensor]:
         """Record the positions and doc ids ([B or 1, T]) of T new tokens; return those of all

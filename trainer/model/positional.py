@@ -1,11 +1,12 @@
-"""Positional encodings, one small module each, found by name in POSITIONAL.
+"""Positional encodings, one small module each, registered by name in positional_options.py.
 
 Every encoding answers the same four questions, and the default answer is "nothing" (NoPE):
 `embed` adds to the token embeddings, `rotate` turns queries and keys, `bias` returns an additive
 attention bias shared by every layer, `layer_bias` one that differs by layer. Positions are
 explicit tensors ([B, T], or [1, T] shared by the batch) so they can restart at each packed
-document and continue across KV-cache steps. A new encoding is one class here with
-`@register("name")`; its `validate` checks the config options it reads.
+document and continue across KV-cache steps. An encoding's options (`model.<name>`, e.g.
+`config.rope`) and whether flash_attn can run it are in its registration, which imports no torch;
+a new encoding is a class and a `register_encoding` call, in one plug-in module of its own.
 """
 
 from __future__ import annotations
@@ -17,32 +18,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.model.errors import require
-
 if TYPE_CHECKING:
     from trainer.model.config import ModelConfig
-
-POSITIONAL: dict[str, type[Positional]] = {}
-
-
-def register(name: str):
-    def add(cls: type[Positional]) -> type[Positional]:
-        POSITIONAL[name] = cls
-        return cls
-
-    return add
+    from trainer.model.positional_options import RelativeOptions
 
 
 class Positional(nn.Module):
     """The interface, with identity answers; subclasses override what they change."""
 
-    flash_compatible = True  # flash_attn can run it (rotations and ALiBi slopes only)
     max_positions: int | None = None  # positions must stay below this, when there is a limit
-
-    @staticmethod
-    def validate(config: ModelConfig) -> None:
-        """Raise ModelConfigError for an option of this encoding the model cannot be built
-        from (called by ModelConfig.validate, before any module is built)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -68,12 +52,10 @@ class Positional(nn.Module):
         return None
 
 
-@register("none")
 class NoPE(Positional):
     """No positional information: causal masking alone tells tokens apart."""
 
 
-@register("learned")
 class Learned(Positional):
     """GPT-2: a learned vector per absolute position, added to the token embedding."""
 
@@ -91,7 +73,6 @@ class Learned(Positional):
         return x + self.table(pos)
 
 
-@register("rope")
 class Rotary(Positional):
     """RoPE (Su et al.): rotate each pair of query/key channels by position x frequency.
 
@@ -101,17 +82,10 @@ class Rotary(Positional):
     position tensor in a forward pass.
     """
 
-    @staticmethod
-    def validate(config: ModelConfig) -> None:
-        require(config.head_dim % 2 == 0, "d_model", config.d_model,
-                f"rope needs an even head dim; d_model / n_head = {config.head_dim}")
-        require(0 < config.rope_theta < math.inf, "rope_theta", config.rope_theta,
-                "must be > 0 and finite")
-
     def __init__(self, config: ModelConfig):
         super().__init__(config)
         self.head_dim = config.head_dim
-        self.theta = config.rope_theta
+        self.theta = config.rope.theta
         self._angles: tuple[Tensor, Tensor, Tensor] | None = None  # (pos, cos, sin)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
@@ -141,7 +115,6 @@ def alibi_slopes(n_head: int) -> list[float]:
     return slopes + extra[: n_head - low]
 
 
-@register("alibi")
 class ALiBi(Positional):
     """ALiBi: each head penalises attention linearly in distance, bias = -slope * (i - j)."""
 
@@ -160,24 +133,14 @@ class ALiBi(Positional):
 class RelativeBuckets(Positional):
     """T5-style causal distance buckets, the index of the learned relative biases below.
 
-    Distances below relative_buckets // 2 get one bucket each, longer ones share log-spaced
-    buckets up to relative_max_distance, beyond which all distances share the last.
+    Distances below `buckets // 2` get one bucket each, longer ones share log-spaced buckets
+    up to `max_distance`, beyond which all distances share the last.
     """
 
-    flash_compatible = False
-
-    @staticmethod
-    def validate(config: ModelConfig) -> None:
-        require(config.relative_buckets >= 2, "relative_buckets", config.relative_buckets,
-                "must be >= 2")
-        require(config.relative_max_distance > config.relative_buckets // 2,
-                "relative_max_distance", config.relative_max_distance,
-                f"must exceed relative_buckets // 2 = {config.relative_buckets // 2}")
-
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, options: RelativeOptions):
         super().__init__(config)
-        self.buckets = config.relative_buckets
-        self.max_distance = config.relative_max_distance
+        self.buckets = options.buckets
+        self.max_distance = options.max_distance
 
     def bucket(self, distance: Tensor) -> Tensor:
         exact = self.buckets // 2
@@ -192,14 +155,13 @@ class RelativeBuckets(Positional):
         return self.bucket(distance)
 
 
-@register("relative")
 class RelativeBias(RelativeBuckets):
     """T5-style learned relative bias: one scalar per head and distance bucket, shared by layers,
     added to the query-key scores."""
 
     def __init__(self, config: ModelConfig):
-        super().__init__(config)
-        self.table = nn.Embedding(config.relative_buckets, config.n_head)
+        super().__init__(config, config.relative)
+        self.table = nn.Embedding(self.buckets, config.n_head)
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return self.table(self.distance_buckets(q_pos, k_pos)).permute(0, 3, 1, 2)  # [B,H,Tq,Tk]
@@ -219,7 +181,6 @@ class LayerBias:
         return F.embedding(self.buckets, table).permute(0, 3, 1, 2)  # [B, H, Tq, Tk]
 
 
-@register("pos_only")
 class PositionOnly(RelativeBuckets):
     """GPT_pos of Physics of Language Models Part 1: attention weights depend on relative
     position alone, never on token content (values still carry it).
@@ -230,8 +191,8 @@ class PositionOnly(RelativeBuckets):
     """
 
     def __init__(self, config: ModelConfig):
-        super().__init__(config)
-        self.tables = nn.ModuleList(nn.Embedding(config.relative_buckets, config.n_head)
+        super().__init__(config, config.pos_only)
+        self.tables = nn.ModuleList(nn.Embedding(self.buckets, config.n_head)
                                     for _ in range(config.n_layer))
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
@@ -242,7 +203,6 @@ class PositionOnly(RelativeBuckets):
         return LayerBias(self.tables, self.distance_buckets(q_pos, k_pos).int(), dtype)
 
 
-@register("uniform")
 class Uniform(Positional):
     """GPT_uni of Physics of Language Models Part 1: head h = 1..n_head averages the values of the
     last 2^h - 1 tokens, itself included (windows 1, 3, 7, 15, ...), of those the causal and
@@ -251,8 +211,6 @@ class Uniform(Positional):
     No parameters: the bias is 0 inside a head's window and -inf outside, and the queries are
     zeroed so the query-key term adds nothing to it.
     """
-
-    flash_compatible = False
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
