@@ -23,7 +23,7 @@ from corpus_gen.core.io import sha256_file
 from corpus_gen.core.manifest import read_manifest
 from trainer.config import load_experiment
 from trainer.engine import train
-from trainer.tracking import read_metrics
+from trainer.run_dir import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -31,8 +31,7 @@ import yaml
 
 from corpus_gen.core.io import TMP_MARK, read_json_file
 from trainer.errors import TrainError
-from trainer.run_dir import EVAL, read_run_config
-from trainer.tracking import read_metrics
+from trainer.run_dir import EVAL, read_metrics, read_run_config
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

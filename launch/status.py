@@ -21,8 +21,17 @@ from launch.local_process import is_job_process
 from launch.plan import PLAN, RUN_RECORD, Plan, PlannedRun, find_root, planned_runs, read_plan
 from launch.slurm_status import slurm_states
 from trainer.errors import TrainError
-from trainer.run_dir import CHECKPOINTS, CONFIG, EVAL, JOB, LATEST, LOG, read_run_config, step_of
-from trainer.tracking import read_metrics
+from trainer.run_dir import (
+    CHECKPOINTS,
+    CONFIG,
+    EVAL,
+    JOB,
+    LOG,
+    read_latest,
+    read_metrics,
+    read_run_config,
+    step_of,
+)
 
 STATES = ("pending", "running", "needs eval", "done", "eval failed", "failed")
 FAILED = ("failed", "eval failed", "damaged")
@@ -42,7 +51,7 @@ class RunStatus:
 def checkpoint_step(run_dir: Path) -> int:
     """The step of the run's latest checkpoint (0 if none), from the `latest` pointer."""
     try:
-        return step_of((run_dir / CHECKPOINTS / LATEST).read_text().strip()) or 0
+        return step_of(read_latest(run_dir / CHECKPOINTS) or "") or 0
     except (OSError, ValueError):  # ValueError: not UTF-8
         return 0
 

@@ -18,9 +18,13 @@ from trainer.config import TrainConfig, load_experiment
 from trainer.engine import ds_config, train
 from trainer.errors import TrainError
 from trainer.model import GPT, ModelConfig
-from trainer.tracking import read_metrics
+from trainer.model.config import model_config_from_dict
+from trainer.run_dir import read_metrics
 
 NAN = float("nan")
+# a run saved before the encodings owned their options (flat relative_buckets=8,
+# relative_max_distance=32 in its meta.json): tests/golden/legacy_run/README.md
+LEGACY_CHECKPOINT = Path(__file__).parent / "golden/legacy_run/checkpoints/step-000004"
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +113,7 @@ def test_each_file_resume_reads_is_loaded_weights_only_even_unscreened(
         corpus, zero1_run, tmp_path, monkeypatch, name):
     # without the screening of the whole directory, DeepSpeed's checkpoint engine and the RNG
     # load must refuse the pickle themselves
-    monkeypatch.setattr(checkpoint, "_refuse_unsafe", lambda *_: None)
+    monkeypatch.setattr(checkpoint, "refuse_unsafe", lambda *_: None)
     run = tmp_path / "run"
     shutil.copytree(zero1_run, run)
     marker = tmp_path / "marker"
@@ -370,3 +374,41 @@ def test_eval_of_a_checkpoint_with_a_damaged_meta_is_one_line_naming_it(
     assert capsys.readouterr().err.strip() == (
         f"physlm eval: error: {meta}: not JSON (Expecting property name enclosed in "
         "double quotes: line 1 column 2 (char 1))")
+
+
+def _legacy_model(**changes) -> dict:
+    """The legacy run's model in today's layout, as a run's meta records it, with `changes`."""
+    config = {"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 400, "ctx": 32,
+              "pos": "relative", "relative": {"buckets": 8, "max_distance": 32}}
+    return asdict(model_config_from_dict(config | changes))
+
+
+def test_a_checkpoint_saved_before_encodings_owned_their_options_fits_the_same_model():
+    meta = checkpoint.read_meta(LEGACY_CHECKPOINT)
+    sha = meta["tokenizer_sha256"]
+    assert checkpoint.incompatibility(meta, _legacy_model(), sha) is None
+    # how the model runs is no part of what its weights compute
+    assert checkpoint.incompatibility(meta, _legacy_model(attention="math", dropout=0.1),
+                                      sha) is None
+    assert checkpoint.incompatibility(meta, _legacy_model(), "0" * 64) == (
+        "tokenizer", sha, "0" * 64)
+    checkpoint.check_compatible(LEGACY_CHECKPOINT, _legacy_model(), sha)
+
+
+@pytest.mark.parametrize("changes, key, saved, wanted", [
+    ({"relative": {"buckets": 16, "max_distance": 32}}, "model.relative.buckets", 8, 16),
+    ({"relative": {"buckets": 8, "max_distance": 64}}, "model.relative.max_distance", 32, 64),
+    ({"pos": "rope"}, "model.pos", "relative", "rope"),
+    ({"d_model": 32}, "model.d_model", 16, 32),
+])
+def test_a_checkpoint_saved_before_encodings_owned_their_options_refuses_another_shape(
+        changes, key, saved, wanted):
+    meta = checkpoint.read_meta(LEGACY_CHECKPOINT)
+    model = _legacy_model(**changes)
+    assert checkpoint.incompatibility(meta, model, meta["tokenizer_sha256"]) == (
+        key, saved, wanted)
+    with pytest.raises(TrainError) as caught:
+        checkpoint.check_compatible(LEGACY_CHECKPOINT, model, meta["tokenizer_sha256"])
+    assert str(caught.value) == (
+        f"{LEGACY_CHECKPOINT}: checkpoint has {key}={saved!r} but the config says {wanted!r}; "
+        "use another run directory or resume=overwrite")

@@ -21,8 +21,7 @@ from trainer.config import load_experiment
 from trainer.distributed import free_port
 from trainer.engine import train
 from trainer.errors import Preempted
-from trainer.preempt import STOP_FILE, STOPPED_FILE
-from trainer.tracking import read_metrics
+from trainer.run_dir import STOP_FILE, STOPPED_FILE, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 STOPPED = re.compile(r"stopped at step (\d+) on request \(signal or (\S+)\); checkpoint (\S+) "

@@ -18,7 +18,7 @@ from launch.plan import load_plan
 from launch.slurm import load_slurm_config, submit
 from tests.test_slurm import fake_slurm, work  # noqa: F401 (fixtures)
 from trainer.distributed import free_port
-from trainer.preempt import STOP_FILE, STOPPED_FILE
+from trainer.run_dir import STOP_FILE, STOPPED_FILE
 
 
 def _job_id_of_a_free_port() -> str:

@@ -283,7 +283,7 @@ def test_an_unreadable_run_file_is_named_in_one_line(tmp_path, capsys, damage, m
 
 def test_report_drops_a_torn_last_metrics_line_as_training_does(tmp_path, capsys):
     """A disk that filled mid-line: the trainer resumes past the torn line, so the report reads
-    the log by the same rule (trainer.tracking.read_metrics) instead of refusing the run."""
+    the log by the same rule (trainer.run_dir.read_metrics) instead of refusing the run."""
     run = make_run(tmp_path, "run", _config("r"), {"qa": QA})
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 61, "loss": 2.')

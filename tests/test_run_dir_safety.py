@@ -17,9 +17,9 @@ from launch.cli import main
 from trainer import tracking
 from trainer.engine import train
 from trainer.errors import Preempted, TrainError
-from trainer.preempt import STOPPED_FILE, StopRequest
-from trainer.run_dir import read_run_config
-from trainer.tracking import Tracker, read_metrics
+from trainer.preempt import StopRequest
+from trainer.run_dir import STOPPED_FILE, read_metrics, read_run_config
+from trainer.tracking import Tracker
 
 LINK_OUT = ("a symbolic link to {target}, outside the run directory; a run writes only inside "
             "its directory: remove the link (to keep the run elsewhere, link the whole run "

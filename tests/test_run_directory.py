@@ -3,6 +3,8 @@ mid-training ending in one line."""
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from launch.experiment import ensure_corpus
 from trainer.engine import train
 from trainer.errors import TrainError
 from trainer.eval.runner import evaluate
-from trainer.tracking import read_metrics
+from trainer.run_dir import latest_checkpoint, point_latest, read_latest, read_metrics
 
 
 def _steps(run_dir):
@@ -128,3 +130,32 @@ def test_run_repairs_a_damaged_cached_corpus_before_training(tmp_path, monkeypat
                      f"gen    | repairing {out}"]
     assert {p.name: p.read_bytes() for p in (out / "train").iterdir()} == reference
     assert json.loads((out / "manifest.json").read_text())["records"] == 60
+
+
+def test_the_latest_pointer_names_the_newest_complete_checkpoint(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    assert read_latest(checkpoints) is None and latest_checkpoint(checkpoints) is None
+    for step in (2, 4):
+        (checkpoints / f"step-00000{step}").mkdir(parents=True)
+        (checkpoints / f"step-00000{step}" / "meta.json").write_text("{}")
+    point_latest(checkpoints, "step-000002")
+    point_latest(checkpoints, "step-000004")
+    assert (checkpoints / "latest").read_text() == "step-000004"
+    assert sorted(p.name for p in checkpoints.iterdir()) == [
+        "latest", "step-000002", "step-000004"]  # no temporary file left beside it
+    assert latest_checkpoint(checkpoints) == checkpoints / "step-000004"
+    (checkpoints / "step-000004" / "meta.json").unlink()
+    with pytest.raises(TrainError) as caught:
+        latest_checkpoint(checkpoints)
+    assert str(caught.value) == (f"{checkpoints / 'latest'}: points at "
+                                 f"{checkpoints / 'step-000004'}, which is not a complete "
+                                 "checkpoint")
+
+
+def test_reading_run_directories_imports_no_torch():
+    """`physlm status` and `physlm report` read many run directories; torch takes seconds."""
+    code = ("import sys, trainer.run_dir, launch.status, launch.report, launch.sweep_report; "
+            "print([m for m in ('torch', 'deepspeed') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -87,7 +87,7 @@ def test_a_status_probe_of_the_lock_never_refuses_a_trainer_starting_at_that_mom
 
 
 def test_status_reads_metrics_as_training_does(tmp_path, capsys):
-    """One rule for every reader of metrics.jsonl (trainer.tracking.read_metrics): a last line
+    """One rule for every reader of metrics.jsonl (trainer.run_dir.read_metrics): a last line
     cut short by a full disk is left out; a damaged line before it is one line naming it."""
     run_dir = trained_run(tmp_path / "run", logged=130, saved=None)
     with open(run_dir / "metrics.jsonl", "a") as f:

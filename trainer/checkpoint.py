@@ -7,13 +7,12 @@ evaluation loads without DeepSpeed; one file per rank for each per-rank part (`d
 tokenizer and corpus identity). Every rank writes into a `.partial-*` directory; once all are
 done, rank 0 renames it and points `latest` at it, so a crash or a full disk mid-save leaves the
 last good one intact. A checkpoint never holds non-finite weights, and every file is loaded with
-`torch.load(weights_only=True)`, DeepSpeed's too, so a planted pickle cannot run code.
+`torch.load(weights_only=True)`, DeepSpeed's too, so a planted pickle cannot run code
+(trainer.checkpoint_pickles). The names of the run directory's files and the `latest` pointer
+are trainer.run_dir's.
 """
 
-import functools
-import importlib
 import json
-import pickle
 import random
 import shutil
 from collections.abc import Iterator
@@ -27,39 +26,32 @@ import torch.distributed as dist
 
 from corpus_gen.core.io import read_json_file
 from trainer import lora
-from trainer.errors import TrainError
-from trainer.run_dir import LATEST, STEP, step_of
+from trainer.checkpoint_pickles import (
+    DEEPSPEED_GLOBALS,
+    WRITE_ERRORS,
+    one_line,
+    pickle_globals,
+    refuse_unsafe,
+    safe_checkpoint_engine,
+    safe_load,
+)
+from trainer.errors import DamagedCheckpoint, TrainError
+from trainer.model.config import model_difference
+from trainer.run_dir import (
+    META,
+    STEP,
+    WEIGHTS,
+    latest_checkpoint,
+    point_latest,
+    read_latest,
+    step_of,
+)
 
 if TYPE_CHECKING:  # deepspeed is slow to import; evaluation imports this module without it
     from deepspeed import DeepSpeedEngine
 
 # what every reader of a checkpoint's meta.json relies on, and its type
 META_FIELDS = {"step": int, "model_config": dict, "tokenizer_sha256": str}
-
-# How a failed write (disk full, quota, I/O error) surfaces: OSError from Python's own writes,
-# RuntimeError from torch.save's zip writer (its message varies: "unexpected pos ...",
-# "PytorchStreamWriter failed writing file ...").
-WRITE_ERRORS = (OSError, RuntimeError)
-
-# The classes DeepSpeed's own checkpoint files hold beyond tensors and plain data, found by saving
-# ZeRO 0-3 x fp32/bf16 checkpoints through the trainer and listing what
-# torch.serialization.get_unsafe_globals_in_checkpoint reports. Each is plain data: unpickling
-# one only looks up an enum member or sets attributes, so none can run code.
-DEEPSPEED_GLOBALS = (
-    # ZeRO 1-3 optimizer files: `zero_stage`, an int Enum, unpickled by looking its value up
-    "deepspeed.runtime.zero.config.ZeroStageEnum",
-    # ZeRO 1-3 optimizer files: `loss_scaler`, the static scaler fp32 and bf16 runs use (scale 1)
-    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
-    # the same slot in fp16 runs, which scale dynamically (CPUs cannot train fp16: found by
-    # pickling the scaler DeepSpeed's CreateLossScaler builds for fp16)
-    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
-    # ZeRO 1-2 optimizer files: `param_slice_mappings`, a (numel, start) dataclass per parameter
-    "deepspeed.utils.tensor_fragment.fragment_address",
-)
-
-
-class DamagedCheckpoint(TrainError):
-    """A checkpoint file is missing or does not read as what it should be (torn, emptied)."""
 
 
 class Stateful(Protocol):
@@ -126,24 +118,14 @@ def tag(step: int) -> str:
     return f"{STEP}{step:06d}"
 
 
-def latest_checkpoint(checkpoints: Path) -> Path | None:
-    pointer = checkpoints / LATEST
-    if not pointer.exists():
-        return None
-    path = checkpoints / pointer.read_text().strip()
-    if not (path / "meta.json").exists():
-        raise TrainError(f"{pointer}: points at {path}, which is not a complete checkpoint")
-    return path
-
-
 def resumable(checkpoints: Path) -> tuple[Path | None, list[str]]:
     """The checkpoint to resume from: the one `latest` names or, where that one is damaged, the
     newest older one that is intact (`damage`); and why each newer one was passed over. Raises
     DamagedCheckpoint when none is intact: starting over would silently discard the run."""
-    pointer = checkpoints / LATEST
-    if not pointer.exists():
+    name = read_latest(checkpoints)
+    if name is None:
         return None, []
-    latest = checkpoints / pointer.read_text().strip()
+    latest = checkpoints / name
     newest = step_of(latest.name)
     steps = {p: step for p in checkpoints.glob(f"{STEP}*") if (step := step_of(p.name)) is not None
              and p != latest and (newest is None or step < newest)}
@@ -164,10 +146,10 @@ def damage(path: Path) -> str | None:
     the tensors: cheap, and every rank reaches the same verdict."""
     try:
         read_meta(path)
-        if not (path / "weights.pt").is_file():
-            raise DamagedCheckpoint(f"{path / 'weights.pt'}: missing")
+        if not (path / WEIGHTS).is_file():
+            raise DamagedCheckpoint(f"{path / WEIGHTS}: missing")
         for file in sorted(path.glob("*.pt")):
-            _pickle_globals(file)
+            pickle_globals(file)
     except DamagedCheckpoint as exc:
         return str(exc)
     return None
@@ -179,85 +161,6 @@ def _last_good(checkpoints: Path) -> str:
     except TrainError:  # `latest` names an incomplete directory: nothing good to point at
         return "none"
     return str(path) if path else "none"
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _torch_load(file: Path, map_location=None, allowed: tuple = ()):
-    """torch.load with weights_only=True (plus the classes `allowed`); a file it refuses or
-    cannot read becomes a one-line TrainError naming it."""
-    try:
-        with torch.serialization.safe_globals(list(allowed)):
-            return torch.load(file, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError:
-        raise TrainError(f"{file}: holds objects other than tensors and plain data, which "
-                         "loading could run as code; refusing to load it") from None
-    except (RuntimeError, OSError, EOFError) as exc:
-        raise TrainError(f"{file}: cannot be read ({_one_line(exc)})") from None
-
-
-def _pickle_globals(file: Path) -> set[str]:
-    """The classes and functions `file`'s pickle names beyond tensors and plain data; reads the
-    pickle only, not the tensors. DamagedCheckpoint if it is not a file torch.save wrote."""
-    try:
-        return set(torch.serialization.get_unsafe_globals_in_checkpoint(file))
-    except (ValueError, RuntimeError, OSError, EOFError) as exc:
-        raise DamagedCheckpoint(f"{file}: not a file torch.save wrote ({_one_line(exc)})"
-                                ) from None
-
-
-def _refuse_unsafe(file: Path, allowed: tuple) -> None:
-    """Refuse a file whose pickle names anything but tensors, plain data and `allowed`. This
-    reads the pickle only, not the tensors, so every rank checks every file of a checkpoint and
-    all reach the same verdict before DeepSpeed's collectives (one rank failing alone inside
-    them would leave the others waiting)."""
-    unsafe = _pickle_globals(file) - set(allowed)
-    if unsafe:
-        raise TrainError(f"{file}: holds {', '.join(sorted(unsafe))}, which loading could run "
-                         "as code; refusing to load it")
-
-
-@functools.cache
-def _deepspeed_classes() -> tuple:
-    classes = []
-    for name in DEEPSPEED_GLOBALS:
-        module, _, attribute = name.rpartition(".")
-        classes.append(getattr(importlib.import_module(module), attribute))
-    return tuple(classes)
-
-
-@functools.cache
-def _checkpoint_engine_class() -> type:
-    """DeepSpeed's torch.save/torch.load checkpoint engine, made to load with weights_only=True
-    and to keep a failed write instead of raising it. Built on first use: deepspeed is slow to
-    import and evaluation, which imports this module, does not need it."""
-    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
-
-    class SafeCheckpointEngine(TorchCheckpointEngine):
-        failure: Exception | None = None
-
-        def save(self, state_dict, path: str) -> None:
-            # a rank raising here would skip DeepSpeed's closing barrier and hang the others:
-            # keep the first failure for `save` to agree on across ranks
-            try:
-                super().save(state_dict, path)
-            except WRITE_ERRORS as exc:
-                self.failure = self.failure or exc
-
-        def load(self, path: str, map_location=None):
-            return _torch_load(Path(path), map_location, _deepspeed_classes())
-
-    return SafeCheckpointEngine
-
-
-def _checkpoint_engine(engine):
-    """The engine's checkpoint engine, replaced by the safe one on first use."""
-    cls = _checkpoint_engine_class()
-    if not isinstance(engine.checkpoint_engine, cls):
-        engine.checkpoint_engine = cls(engine._config)
-    return engine.checkpoint_engine
 
 
 def _tensors(obj) -> Iterator[torch.Tensor]:
@@ -300,7 +203,7 @@ def _first_failure(failure: Exception | None) -> str | None:
     """On every rank, the first rank's failure as one line (None if no rank failed), so that
     all ranks stop together and each can say why."""
     reasons = [None] * dist.get_world_size()
-    dist.all_gather_object(reasons, _one_line(failure) if failure else None)
+    dist.all_gather_object(reasons, one_line(failure) if failure else None)
     for rank, reason in enumerate(reasons):
         if reason:
             return reason if len(reasons) == 1 else f"rank {rank}: {reason}"
@@ -358,7 +261,7 @@ def _write_partial(state: TrainState, partial: Path) -> Exception | None:
     """Write this rank's files into `partial`. A failed write is returned, not raised, so that
     every rank still takes part in the collectives here and in `save`."""
     rank, engine = dist.get_rank(), state.engine
-    checkpoint_engine = _checkpoint_engine(engine)
+    checkpoint_engine = safe_checkpoint_engine(engine)
     checkpoint_engine.failure = None
     failure = None
     try:
@@ -382,9 +285,9 @@ def _write_partial(state: TrainState, partial: Path) -> Exception | None:
                 torch.save(value, _part_file(partial, name, rank, ".pt"))
         if rank == 0:
             torch.save({"model_config": state.meta["model_config"], "state_dict": weights},
-                       partial / "weights.pt")
+                       partial / WEIGHTS)
             # written last: a directory with meta.json is a complete checkpoint
-            (partial / "meta.json").write_text(json.dumps(state.state_dict()))
+            (partial / META).write_text(json.dumps(state.state_dict()))
     except WRITE_ERRORS as exc:
         return exc
     return None
@@ -392,13 +295,10 @@ def _write_partial(state: TrainState, partial: Path) -> Exception | None:
 
 def _commit(partial: Path, final: Path) -> OSError | None:
     """Rank 0: rename the finished directory and point `latest` at it."""
-    pointer = final.parent / LATEST
     try:
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
-        tmp = pointer.with_name(f".{LATEST}.tmp")
-        tmp.write_text(final.name)
-        tmp.replace(pointer)
+        point_latest(final.parent, final.name)
     except OSError as exc:
         # renamed but `latest` not moved: drop it so that what is on disk is what `latest` says
         shutil.rmtree(final, ignore_errors=True)
@@ -411,7 +311,7 @@ def _prune(checkpoints: Path, run_id: str | None, keep_last: int, saved: Path) -
     (step-1000000 sorts before step-999999 as text). Another run's checkpoints, or a directory
     without a readable meta.json, are not this run's to remove."""
     ours = []
-    for path in checkpoints.glob("step-*"):
+    for path in checkpoints.glob(f"{STEP}*"):
         try:
             meta = read_meta(path)
         except DamagedCheckpoint:
@@ -425,11 +325,11 @@ def _prune(checkpoints: Path, run_id: str | None, keep_last: int, saved: Path) -
 
 def read_meta(path: Path) -> dict:
     """The checkpoint `path`'s meta.json; DamagedCheckpoint naming the file if it is not one."""
-    file = path / "meta.json"
+    file = path / META
     try:
         meta = read_json_file(file, DamagedCheckpoint)
     except OSError as exc:  # missing
-        raise DamagedCheckpoint(f"{file}: cannot be read ({_one_line(exc)})") from None
+        raise DamagedCheckpoint(f"{file}: cannot be read ({one_line(exc)})") from None
     wrong = [key for key, kind in META_FIELDS.items()
              if not isinstance(meta, dict) or not isinstance(meta.get(key), kind)]
     if wrong:
@@ -441,14 +341,16 @@ def read_meta(path: Path) -> dict:
 def incompatibility(meta: dict, model_config: dict, tokenizer_sha: str
                     ) -> tuple[str, object, object] | None:
     """The first thing a checkpoint's meta differs in from this run: ("tokenizer", its sha256,
-    the corpus's) or ("model.<key>", its value, the config's); None if it fits."""
+    the corpus's) or ("model.<key>", its value, the config's) for a key that shapes what the
+    weights compute (a checkpoint saved before a model option existed, or with another
+    attention backend, fits); None if it fits."""
     if meta["tokenizer_sha256"] != tokenizer_sha:
         return "tokenizer", meta["tokenizer_sha256"], tokenizer_sha
-    saved = meta["model_config"]
-    for key in sorted(set(saved) | set(model_config)):
-        if saved.get(key) != model_config.get(key):
-            return f"model.{key}", saved.get(key), model_config.get(key)
-    return None
+    found = model_difference(meta["model_config"], model_config)
+    if found is None:
+        return None
+    key, saved, wanted = found
+    return f"model.{key}", saved, wanted
 
 
 def check_compatible(path: Path, model_config: dict, tokenizer_sha: str) -> None:
@@ -471,8 +373,8 @@ def load(state: TrainState, path: Path) -> None:
     weights or optimizer state are not finite, or whose part states this run cannot take."""
     rank, engine = dist.get_rank(), state.engine
     for file in sorted(path.glob("*.pt")):
-        _refuse_unsafe(file, DEEPSPEED_GLOBALS)
-    _checkpoint_engine(engine)
+        refuse_unsafe(file, DEEPSPEED_GLOBALS)
+    safe_checkpoint_engine(engine)
     engine.load_checkpoint(str(path.parent), tag=path.name)
     if not _agree(all(map(_is_finite, _engine_tensors(engine))), engine.device):
         raise TrainError(f"{path}: holds non-finite weights or optimizer state; refusing to "
@@ -490,7 +392,7 @@ def _read_part(path: Path, name: str, rank: int) -> dict:
     if json_file.exists():
         return json.loads(json_file.read_text())
     if pt_file.exists():
-        return _torch_load(pt_file)
+        return safe_load(pt_file)
     raise TrainError(f"{path}: no {name} state for rank {rank}; was it saved with another "
                      "number of processes?")
 
@@ -499,7 +401,7 @@ def load_weights(path: Path) -> dict:
     """A checkpoint's `weights.pt` (`path` is the file): {"model_config": dict, "state_dict":
     tensors}, for evaluation without DeepSpeed. Refuses a file that could run code, is not such
     a payload, or holds non-finite weights."""
-    payload = _torch_load(path, map_location="cpu")
+    payload = safe_load(path, map_location="cpu")
     if not (isinstance(payload, dict) and isinstance(payload.get("model_config"), dict)
             and isinstance(payload.get("state_dict"), dict)):
         raise TrainError(f"{path}: not a weights file (a dict of model_config and state_dict)")

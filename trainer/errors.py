@@ -7,6 +7,10 @@ class TrainError(Exception):
     """A problem with the run's inputs (checkpoint, corpus, config) or a diverged run."""
 
 
+class DamagedCheckpoint(TrainError):
+    """A checkpoint file is missing or does not read as what it should be (torn, emptied)."""
+
+
 PREEMPTED_EXIT = 75  # physlm train's exit code after a Preempted stop (EX_TEMPFAIL)
 
 

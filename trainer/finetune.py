@@ -11,16 +11,16 @@ from pathlib import Path
 from torch import nn
 
 from trainer import checkpoint
-from trainer.errors import TrainError
-from trainer.run_dir import CHECKPOINTS
+from trainer.errors import DamagedCheckpoint, TrainError
+from trainer.run_dir import CHECKPOINTS, META, WEIGHTS, latest_checkpoint
 
 
 def parent_checkpoint(init_from: str) -> Path:
     """The checkpoint `train.init_from` names: a run directory's latest, or a checkpoint."""
     given = Path(init_from)
-    if (given / "meta.json").is_file():
+    if (given / META).is_file():
         return given
-    path = checkpoint.latest_checkpoint(given / CHECKPOINTS)
+    path = latest_checkpoint(given / CHECKPOINTS)
     if path is None:
         raise TrainError(f"train.init_from={init_from}: neither a run directory with a "
                          "checkpoint (checkpoints/latest) nor a checkpoint directory")
@@ -34,17 +34,18 @@ def load_parent(model: nn.Module, init_from: str, model_config: dict,
     path = parent_checkpoint(init_from)
     try:
         meta = checkpoint.read_meta(path)
-    except checkpoint.DamagedCheckpoint as exc:
+    except DamagedCheckpoint as exc:
         raise TrainError(f"train.init_from={init_from}: {exc}") from None
     found = checkpoint.incompatibility(meta, model_config, tokenizer_sha)
     if found and found[0] == "tokenizer":
         raise TrainError(f"train.init_from={init_from}: {path} was trained with another "
                          f"tokenizer ({found[1][:12]}) than this corpus's ({found[2][:12]}); "
-                         "finetune on a corpus that shares its tokenizer.model")
+                         "finetune on a corpus that shares its tokenizer (tokenizer.model or "
+                         "vocab.json)")
     if found:
         raise TrainError(f"train.init_from={init_from}: the parent has {found[0]}={found[1]!r}, "
                          f"this experiment {found[2]!r}; give the experiment the parent's model "
                          "config")
-    model.load_state_dict(checkpoint.load_weights(path / "weights.pt")["state_dict"])
+    model.load_state_dict(checkpoint.load_weights(path / WEIGHTS)["state_dict"])
     return {"run": str(path.parent.parent.resolve()), "checkpoint": path.name,
             "step": meta["step"]}

@@ -22,10 +22,8 @@ import threading
 from pathlib import Path
 
 from trainer.errors import PREEMPTED_EXIT, TrainError
-from trainer.run_dir import replace_file
+from trainer.run_dir import STOP_FILE, STOPPED_FILE, replace_file
 
-STOP_FILE = ".stop"
-STOPPED_FILE = "stopped.json"  # the record of a clean stop, until the run starts again
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 

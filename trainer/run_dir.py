@@ -1,12 +1,15 @@
-"""A run directory: the names of its files, how they are written, and how its config is read.
+"""A run directory: the names of its files, how they are written, and the one reader of each
+file others read (`config.yaml`, `metrics.jsonl`, the `checkpoints/latest` pointer).
 A run writes only inside its directory (a symbolic link out of it is refused), one writer at a
 time (a lock naming its holder), and a write that fails (full disk, read-only directory) is one
-line naming the file; so is a `config.yaml` that cannot be read.
+line naming the file; so is a `config.yaml` or `metrics.jsonl` that cannot be read.
 
-Imports no torch: whatever reads or writes run directories can use it cheaply.
+Imports no torch: whatever reads or writes run directories (`physlm status`, `physlm report`)
+can use it cheaply.
 """
 
 import errno
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -23,6 +26,10 @@ CHECKPOINTS = "checkpoints"
 EVAL = "eval"
 LATEST = "latest"  # checkpoints/latest: the name of the newest complete checkpoint
 STEP = "step-"  # checkpoints/step-000100: a checkpoint of step 100
+META = "meta.json"  # a checkpoint's identity and step, written last: it makes one complete
+WEIGHTS = "weights.pt"  # a checkpoint's consolidated fp32 weights, which evaluation loads
+STOP_FILE = ".stop"  # asks a training run to stop with a checkpoint (trainer.preempt)
+STOPPED_FILE = "stopped.json"  # the record of a clean stop, until the run starts again
 WANDB_ID = "wandb_id.txt"
 WANDB_DIR = "wandb"  # W&B's own files
 JOB = "job.json"  # the local executor's record of a run's job
@@ -40,6 +47,66 @@ def step_of(name: str) -> int | None:
     """The step a checkpoint directory's name (`step-000100`) gives; None for another name."""
     digits = name.removeprefix(STEP)
     return int(digits) if name.startswith(STEP) and digits.isdigit() else None
+
+
+def read_latest(checkpoints: Path) -> str | None:
+    """The name `checkpoints/latest` points at (the newest complete checkpoint), None where
+    there is no pointer. OSError and ValueError (not UTF-8) pass: each caller words them."""
+    pointer = checkpoints / LATEST
+    return pointer.read_text().strip() if pointer.exists() else None
+
+
+def latest_checkpoint(checkpoints: Path) -> Path | None:
+    """The checkpoint `latest` points at, None where there is none; a TrainError where it
+    points at a directory that is not a complete checkpoint (no meta.json)."""
+    name = read_latest(checkpoints)
+    if name is None:
+        return None
+    path = checkpoints / name
+    if not (path / META).exists():
+        raise TrainError(f"{checkpoints / LATEST}: points at {path}, which is not a complete "
+                         "checkpoint")
+    return path
+
+
+def point_latest(checkpoints: Path, name: str) -> None:
+    """Point `latest` at the checkpoint `name`, whole or not at all. OSError passes as it is:
+    the checkpoint's writer words it."""
+    with replacing(checkpoints / LATEST) as tmp:
+        tmp.write_text(name)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The lines `metrics.jsonl` logged, the one rule for every reader (training's resume,
+    `physlm status`, `physlm report`): a last line cut short is left out, a damaged line before
+    it is a TrainError naming it."""
+    path = run_dir / METRICS
+    return read_metrics_file(path)[0] if path.exists() else []
+
+
+def read_metrics_file(path: Path) -> tuple[list[dict], str | None]:
+    """The logged lines of a metrics.jsonl, and its last line if a write cut it short (a full
+    disk, a killed process; a reader may also meet a line being written). A damaged line
+    before the last is an error: only its last line can have been cut short."""
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    except OSError as exc:
+        raise TrainError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    logged = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):  # cut short, not UTF-8, or nested too deep
+            entry = None
+        if not isinstance(entry, dict):
+            shown = line[:60].decode(errors="replace")
+            if number == len(lines):
+                return logged, shown
+            raise TrainError(f"{path}: line {number} is not JSON ({shown!r}); only the last "
+                             "line can be cut short by an interrupted write: mend or delete "
+                             "the line")
+        logged.append(entry)
+    return logged, None
 
 
 def read_run_config(run_dir: Path) -> dict:

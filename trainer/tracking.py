@@ -13,8 +13,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
-from trainer.errors import TrainError
-from trainer.run_dir import METRICS, WANDB_ID, inside, replace_file, write_error
+from trainer.run_dir import METRICS, WANDB_ID, inside, read_metrics_file, replace_file, write_error
 
 
 class Tracker:
@@ -51,7 +50,7 @@ class Tracker:
         """Drop logged lines past `step`: a resumed run logs those steps again."""
         if not (self.enabled and self.path.exists()):
             return
-        logged, torn = _read(self.path)
+        logged, torn = read_metrics_file(self.path)
         if torn:
             print(f"train  | {self.path}: dropped its last line, cut short by an interrupted "
                   f"write: {torn[:60]}", flush=True)
@@ -97,36 +96,3 @@ def _run_id(run_dir: Path, name: str) -> str:
     run_id = f"{name}-{uuid.uuid4().hex[:8]}"  # a run started over is a new W&B run
     replace_file(id_file, run_id)
     return run_id
-
-
-def _read(path: Path) -> tuple[list[dict], str | None]:
-    """The logged lines of a metrics.jsonl, and its last line if a write cut it short (a full
-    disk, a killed process; a reader may also meet a line being written). A damaged line
-    before the last is an error: only its last line can have been cut short."""
-    try:
-        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
-    except OSError as exc:
-        raise TrainError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    logged = []
-    for number, line in enumerate(lines, 1):
-        try:
-            entry = json.loads(line)
-        except (ValueError, RecursionError):  # cut short, not UTF-8, or nested too deep
-            entry = None
-        if not isinstance(entry, dict):
-            shown = line[:60].decode(errors="replace")
-            if number == len(lines):
-                return logged, shown
-            raise TrainError(f"{path}: line {number} is not JSON ({shown!r}); only the last "
-                             "line can be cut short by an interrupted write: mend or delete "
-                             "the line")
-        logged.append(entry)
-    return logged, None
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The lines `metrics.jsonl` logged, the one rule for every reader (training's resume,
-    `physlm status`, `physlm report`): a last line cut short is left out, a damaged line before
-    it is a TrainError naming it."""
-    path = run_dir / METRICS
-    return _read(path)[0] if path.exists() else []
