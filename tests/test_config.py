@@ -86,7 +86,11 @@ def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
      "must be auto, reschedule, none or overwrite"),
     ("model.dropout=1.5", "model.dropout", 1.5, "must be in [0, 1)"),
     ("model.init_std=0", "model.init_std", 0.0, "must be > 0 and finite"),
+    ("train.lora.rank=-1", "train.lora.rank", -1, "must be >= 0 (0: full finetuning)"),
+    ("train.lora.dropout=1", "train.lora.dropout", 1.0, "must be in [0, 1)"),
     ("eval.qa.max_people=-1", "eval.qa.max_people", -1, "must be >= 0 (0: all)"),
+    ("eval.manipulation.forms=[cot,prose]", "eval.manipulation.forms", "prose",
+     "unknown form; known: plain, cot"),
     ("train.wandb=3", "train.wandb", 3,
      "must be a mapping of keys: entity, group, mode, project, tags"),
     ("eval.tasks=qa", "eval.tasks", "qa", "must be a list, e.g. [qa]"),
@@ -124,6 +128,26 @@ def test_model_errors_name_the_file_they_come_from(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("model:\n  base: gpt_tiny\n  dropout: 1.5\n")
     with pytest.raises(ConfigError, match=rf"^{path}: model.dropout=1.5: must be in \[0, 1\)$"):
+        load_experiment(path, [])
+
+
+def test_a_flat_positional_key_of_earlier_versions_says_where_it_went(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("model:\n  pos: relative\n  relative_buckets: 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_experiment(path, [])
+    assert str(err.value) == (f"{path}: model.relative_buckets=8: now model.relative.buckets or "
+                              "model.pos_only.buckets (each positional encoding owns its options)")
+    with pytest.raises(ConfigError, match=r"^command line: model.rope_theta=5: now "
+                                          r"model.rope.theta \("):
+        load_experiment(QUICKSTART, ["model.rope_theta=5"])
+    assert load_experiment(QUICKSTART, ["model.rope.theta=5"]).model.rope.theta == 5
+
+
+def test_eval_task_errors_name_the_file_they_come_from(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("eval:\n  base: igsm\n  igsm:\n    batch_size: 0\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: eval.igsm.batch_size=0: must be >= 1$"):
         load_experiment(path, [])
 
 

@@ -15,8 +15,10 @@ from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.shards import read_npy_header, read_shard, tar_members
-from trainer.config import TrainConfig
-from trainer.data import IGNORE_INDEX, PackedBatches
+from trainer.data import IGNORE_INDEX, DataOptions, PackedBatches
+
+LEGACY_STATE = (Path(__file__).resolve().parent
+                / "golden/legacy_run/checkpoints/step-000004/data-rank0.json")
 
 
 def _corpus(root: Path, **overrides) -> Path:
@@ -72,7 +74,7 @@ def _assert_same(left: list[dict], right: list[dict]) -> None:
 
 
 def test_windows_cut_the_document_stream_in_manifest_order(bios):
-    data = PackedBatches(bios, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))
+    data = PackedBatches(bios, DataOptions(ctx=64, micro_batch=2, shuffle_shards=False))
     names = data.epoch_shards(0)
     assert names == [f"train/shard-{i:06d}.tar" for i in range(5)]
     tokens, _ = _stream(_documents(bios, names), data.eos_id)
@@ -89,7 +91,7 @@ def test_windows_cut_the_document_stream_in_manifest_order(bios):
 
 
 def test_labels_count_exactly_where_the_next_token_is_in_the_loss(mix):
-    data = PackedBatches(mix, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))
+    data = PackedBatches(mix, DataOptions(ctx=64, micro_batch=2, shuffle_shards=False))
     tokens, mask = _stream(_documents(mix, data.epoch_shards(0)), data.eos_id)
     labels = _rows(list(islice(data, data.batches_in_epoch(0))), "labels")
     covered = slice(1, len(labels) * 64 + 1)
@@ -102,7 +104,7 @@ def test_labels_count_exactly_where_the_next_token_is_in_the_loss(mix):
 
 
 def test_positions_restart_and_doc_ids_step_after_each_eos(bios):
-    data = PackedBatches(bios, TrainConfig(ctx=128, micro_batch=2, shuffle_shards=False))
+    data = PackedBatches(bios, DataOptions(ctx=128, micro_batch=2, shuffle_shards=False))
     out = list(islice(data, 20))
     inputs, positions, doc_ids = (_rows(out, k) for k in ("input_ids", "position_ids", "doc_ids"))
     first_length = len(_documents(bios, data.epoch_shards(0)[:1])[0]["ids"])
@@ -114,7 +116,7 @@ def test_positions_restart_and_doc_ids_step_after_each_eos(bios):
         np.testing.assert_array_equal(ids, np.cumsum(after_eos) - 1)
         starts = np.maximum.accumulate(np.where(after_eos, np.arange(128), 0))
         np.testing.assert_array_equal(pos, np.arange(128) - starts)
-    plain = PackedBatches(bios, TrainConfig(ctx=128, micro_batch=2, shuffle_shards=False,
+    plain = PackedBatches(bios, DataOptions(ctx=128, micro_batch=2, shuffle_shards=False,
                                             doc_mask=False, restart_positions=False))
     first = next(iter(plain))
     assert torch.equal(first["input_ids"], out[0]["input_ids"])
@@ -125,7 +127,7 @@ def test_positions_restart_and_doc_ids_step_after_each_eos(bios):
 
 def test_whole_documents_are_packed_greedily_and_padded_with_ignored_eos(mix):
     ctx = 256
-    data = PackedBatches(mix, TrainConfig(ctx=ctx, micro_batch=2, split_documents=False,
+    data = PackedBatches(mix, DataOptions(ctx=ctx, micro_batch=2, split_documents=False,
                                           shuffle_shards=False))
     eos = data.eos_id
     expected = []  # greedy, in order, restarting at every shard
@@ -157,7 +159,7 @@ def test_document_longer_than_ctx_is_an_error_naming_it(mix):
     too_long = next(d for d in first if len(d["ids"]) > 60)
     key, length = too_long["__key__"], len(too_long["ids"])
     with pytest.raises(CorpusError) as error:
-        PackedBatches(mix, TrainConfig(ctx=60, split_documents=False))
+        PackedBatches(mix, DataOptions(ctx=60, micro_batch=2, split_documents=False))
     message = str(error.value)
     assert str(mix / "train/shard-000000.tar") in message
     assert f"sample {key} has {length} tokens" in message
@@ -165,13 +167,13 @@ def test_document_longer_than_ctx_is_an_error_naming_it(mix):
 
 
 def test_shard_order_changes_each_epoch_and_is_reproducible_from_the_seed(mix):
-    config = TrainConfig(ctx=64, micro_batch=2, seed=7)
+    config = DataOptions(ctx=64, micro_batch=2, seed=7)
     data = PackedBatches(mix, config)
     orders = [data.epoch_shards(epoch) for epoch in range(4)]
     assert all(sorted(order) == [f"train/shard-{i:06d}.tar" for i in range(6)] for order in orders)
     assert len({tuple(order) for order in orders}) == 4
     assert [PackedBatches(mix, config).epoch_shards(e) for e in range(4)] == orders
-    other = PackedBatches(mix, TrainConfig(ctx=64, micro_batch=2, seed=8))
+    other = PackedBatches(mix, DataOptions(ctx=64, micro_batch=2, seed=8))
     assert other.epoch_shards(0) != orders[0]
     # iteration follows the drawn order, epoch after epoch
     epoch0 = data.batches_in_epoch(0)
@@ -182,7 +184,7 @@ def test_shard_order_changes_each_epoch_and_is_reproducible_from_the_seed(mix):
 
 
 def test_two_ranks_read_disjoint_shards_and_yield_equal_batch_counts(bios):
-    config = TrainConfig(ctx=64, micro_batch=2)
+    config = DataOptions(ctx=64, micro_batch=2)
     ranks = [PackedBatches(bios, config, rank=r, world_size=2) for r in range(2)]
     for epoch in range(3):
         lists = [data.epoch_shards(epoch) for data in ranks]
@@ -206,7 +208,7 @@ def test_two_ranks_read_disjoint_shards_and_yield_equal_batch_counts(bios):
 
 
 def test_fewer_shards_than_ranks_deal_windows_round_robin(one_shard):
-    config = TrainConfig(ctx=32, micro_batch=2)
+    config = DataOptions(ctx=32, micro_batch=2)
     ranks = [PackedBatches(one_shard, config, rank=r, world_size=2) for r in range(2)]
     tokens, _ = _stream(_documents(one_shard, ["train/shard-000000.tar"]), ranks[0].eos_id)
     total = (len(tokens) - 1) // 32
@@ -220,10 +222,10 @@ def test_fewer_shards_than_ranks_deal_windows_round_robin(one_shard):
 
 
 RESUME_CASES = {
-    "split": ("mix", TrainConfig(ctx=64, micro_batch=2), 0, 1),
-    "whole": ("mix", TrainConfig(ctx=200, micro_batch=2, split_documents=False), 0, 1),
-    "shard_ranks": ("bios", TrainConfig(ctx=64, micro_batch=2), 1, 2),
-    "window_ranks": ("one_shard", TrainConfig(ctx=32, micro_batch=2), 1, 2),
+    "split": ("mix", DataOptions(ctx=64, micro_batch=2), 0, 1),
+    "whole": ("mix", DataOptions(ctx=200, micro_batch=2, split_documents=False), 0, 1),
+    "shard_ranks": ("bios", DataOptions(ctx=64, micro_batch=2), 1, 2),
+    "window_ranks": ("one_shard", DataOptions(ctx=32, micro_batch=2), 1, 2),
 }
 
 
@@ -247,19 +249,33 @@ def test_resume_from_saved_state_yields_the_uninterrupted_batches(case, request)
 
 
 def test_state_is_json_and_rejects_a_run_with_other_settings(bios):
-    data = PackedBatches(bios, TrainConfig(ctx=64, micro_batch=2))
+    data = PackedBatches(bios, DataOptions(ctx=64, micro_batch=2))
     list(islice(data, 3))
     state = data.state_dict()
     assert json.loads(json.dumps(state)) == state
     assert state["epoch"] == 0 and state["batch"] == 3
     with pytest.raises(ValueError, match="saved with ctx=64, this run has ctx=32"):
-        PackedBatches(bios, TrainConfig(ctx=32, micro_batch=2)).load_state_dict(state)
+        PackedBatches(bios, DataOptions(ctx=32, micro_batch=2)).load_state_dict(state)
     with pytest.raises(ValueError, match="world_size=1, this run has world_size=2"):
-        PackedBatches(bios, TrainConfig(ctx=64, micro_batch=2), 0, 2).load_state_dict(state)
+        PackedBatches(bios, DataOptions(ctx=64, micro_batch=2), 0, 2).load_state_dict(state)
+
+
+def test_a_state_saved_when_the_loader_read_the_train_config_still_loads(bios):
+    """tests/golden/legacy_run's data state, saved by 445d8d3 (the loader then took the whole
+    TrainConfig): same keys, and it resumes at its batch. Only the corpus is another one."""
+    saved = json.loads(LEGACY_STATE.read_text())
+    assert (saved["epoch"], saved["batch"], saved["ctx"], saved["micro_batch"]) == (0, 4, 32, 2)
+    data = PackedBatches(bios, DataOptions(ctx=32, micro_batch=2))
+    ours = {**saved, "corpus": data.state_dict()["corpus"]}
+    assert data.state_dict().keys() == saved.keys()
+    data.load_state_dict(ours)
+    assert data.state_dict() == ours
+    uninterrupted = list(islice(PackedBatches(bios, DataOptions(ctx=32, micro_batch=2)), 6))
+    _assert_same(list(islice(data, 2)), uninterrupted[4:])
 
 
 def test_missing_or_damaged_inputs_are_errors_naming_the_file(bios, tmp_path):
-    config = TrainConfig(ctx=64, micro_batch=2)
+    config = DataOptions(ctx=64, micro_batch=2)
     with pytest.raises(CorpusError, match=str(tmp_path / "nowhere")):
         PackedBatches(tmp_path / "nowhere", config)
     with pytest.raises(CorpusError, match=f"^{tmp_path}: no manifest.json; not a finished"):
@@ -318,7 +334,7 @@ def test_a_flipped_byte_in_a_token_array_stops_training_at_its_shard(bios, tmp_p
     name = "train/shard-000002.tar"
     first = next(read_shard(bios / name))["ids"][0]
     copy, shard = _copy_with_first_token(bios, tmp_path, name, int(first) ^ 1)
-    config = TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False)
+    config = DataOptions(ctx=64, micro_batch=2, shuffle_shards=False)
     batches, yielded = iter(PackedBatches(copy, config)), 0
     with pytest.raises(CorpusError, match=f"^{shard}: sha256 differs from .*manifest.json's"):
         for _ in range(10**4):
@@ -338,7 +354,7 @@ def test_a_token_id_outside_the_vocabulary_is_named_with_its_shard_and_sample(bi
     key = next(read_shard(bios / name))["__key__"]
     with pytest.raises(CorpusError, match=f"^{shard}: sample {key} holds a token id >= the "
                                           "vocabulary size"):
-        next(iter(PackedBatches(copy, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))))
+        next(iter(PackedBatches(copy, DataOptions(ctx=64, micro_batch=2, shuffle_shards=False))))
 
 
 def test_an_npy_member_of_another_layout_is_named_with_its_shard(bios, tmp_path):
@@ -350,4 +366,4 @@ def test_an_npy_member_of_another_layout_is_named_with_its_shard(bios, tmp_path)
     _sign(copy, 0)
     key = next(read_shard(bios / "train/shard-000000.tar"))["__key__"]
     with pytest.raises(CorpusError, match=rf"^{shard}: {key}\.mask\.npy is not a 1-D \|u1 npy"):
-        next(iter(PackedBatches(copy, TrainConfig(ctx=64, micro_batch=2, shuffle_shards=False))))
+        next(iter(PackedBatches(copy, DataOptions(ctx=64, micro_batch=2, shuffle_shards=False))))

@@ -12,13 +12,15 @@ from conftest import tiny_experiment_file
 from omegaconf import OmegaConf
 
 from corpus_gen.core.generate import generate_corpus
-from trainer.config import load_experiment
+from trainer.config import TrainConfig, load_experiment
+from trainer.data import DataOptions
 from trainer.distributed import free_port
-from trainer.engine import train
+from trainer.engine import data_options, train
 from trainer.errors import TrainError
 from trainer.eval.runner import evaluate
-from trainer.model import GPT, ModelConfig
-from trainer.tracking import read_metrics
+from trainer.model import GPT
+from trainer.model.config import model_config_from_dict
+from trainer.run_dir import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +40,14 @@ def _experiment(tmp_path, *overrides):
 
 def _losses(run_dir):
     return [(m["step"], m["loss"]) for m in read_metrics(run_dir)]
+
+
+def test_the_loader_gets_the_train_keys_of_its_options():
+    train = TrainConfig(ctx=48, micro_batch=3, seed=9, split_documents=False,
+                        shuffle_shards=False, doc_mask=False, restart_positions=False)
+    assert data_options(train) == DataOptions(ctx=48, micro_batch=3, seed=9,
+                                              split_documents=False, shuffle_shards=False,
+                                              doc_mask=False, restart_positions=False)
 
 
 @pytest.mark.parametrize("pos", ["learned", "rope", "alibi", "relative", "none"])
@@ -201,7 +211,7 @@ def test_zero_stages_and_bf16_train_and_save_full_weights(corpus, tmp_path, sett
     losses = [loss for _, loss in _losses(tmp_path / "run")]
     assert len(losses) == 3 and losses[-1] < losses[0]
     weights = torch.load(tmp_path / "run/checkpoints/step-000003/weights.pt")
-    reference = GPT(ModelConfig(**weights["model_config"])).state_dict()
+    reference = GPT(model_config_from_dict(weights["model_config"])).state_dict()
     assert {k: v.shape for k, v in weights["state_dict"].items()} == {
         k: v.shape for k, v in reference.items()}
 

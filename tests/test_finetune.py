@@ -12,10 +12,12 @@ from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import schemas
 from tests.conftest import ROOT
 from trainer.checkpoint import load_weights
+from trainer.config import LoraOptions
 from trainer.engine import train
 from trainer.errors import TrainError
-from trainer.lora import LoraOptions, add_adapters
-from trainer.model import GPT, ModelConfig
+from trainer.lora import add_adapters
+from trainer.model import GPT
+from trainer.model.config import model_config_from_dict
 
 TINY = ("train.max_steps=30", "train.ckpt_every=30", "train.lr=0.01", "train.warmup_steps=1")
 
@@ -134,7 +136,7 @@ def test_lora_trains_only_the_adapters_and_its_merged_weights_give_the_same_logi
     assert json.loads((step / "meta.json").read_text())["lora"]["rank"] == 4
     # weights.pt is the merged plain model: its logits are the adapted model's
     saved = load_weights(step / "weights.pt")
-    config = ModelConfig(**saved["model_config"])
+    config = model_config_from_dict(saved["model_config"])
     plain = GPT(config).eval()
     plain.load_state_dict(saved["state_dict"])
     lora_model = add_adapters(GPT(config), LoraOptions(rank=4)).eval()

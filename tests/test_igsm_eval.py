@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import trainer.eval.generation as generation
 import trainer.eval.igsm as igsm
 from corpus_gen.core.config import load_config
 from corpus_gen.core.generate import generate_corpus
@@ -118,7 +119,7 @@ def test_the_task_with_perfect_stub_generations_scores_one(corpus, tmp_path, mon
         assert eos_id == tokenizer.eos_id and max_new_tokens >= 1
         return [reference[tuple(p)][:max_new_tokens] for p in prompts]
 
-    monkeypatch.setattr(igsm, "generate", fake_generate)
+    monkeypatch.setattr(generation, "generate", fake_generate)
     model = _Model(positional=SimpleNamespace(max_positions=None))
     context = EvalContext(model, tokenizer, corpus, tmp_path, None)
     results = igsm.run(context, igsm.IgsmOptions(batch_size=4))

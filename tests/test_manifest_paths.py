@@ -18,8 +18,7 @@ from corpus_gen.core.manifest import (
     recorded_entries,
 )
 from corpus_gen.core.verify import verify_corpus
-from trainer.config import TrainConfig
-from trainer.data import PackedBatches
+from trainer.data import DataOptions, PackedBatches
 
 SHARD = "train/shard-000000.tar"
 
@@ -81,7 +80,7 @@ def test_a_symlink_that_stays_inside_the_corpus_verifies(corpus):
 def test_the_trainer_refuses_a_shard_list_naming_a_file_outside_the_corpus(corpus):
     _rename_shard(corpus, "../../secret")
     with pytest.raises(CorpusError) as refused:
-        PackedBatches(corpus, TrainConfig(ctx=32, micro_batch=2))
+        PackedBatches(corpus, DataOptions(ctx=32, micro_batch=2))
     assert str(refused.value) == _refusal(corpus, "../../secret",
                                           "climbs out of the corpus with '..'")
 

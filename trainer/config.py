@@ -22,11 +22,11 @@ from corpus_gen.core.config import (
     read_yaml,
     require,
 )
+from corpus_gen.core.corpus_tokenizer import refuse_tokenizer_options
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.registry import schemas
 from trainer.eval.registry import eval_schema
-from trainer.lora import LoraOptions
-from trainer.model.config import ModelConfig
+from trainer.model.config import LEGACY_KEYS, ModelConfig, model_schema
 
 GROUPS = ("corpus", "model", "train", "eval")
 RESUME_MODES = ("auto", "reschedule", "none", "overwrite")  # train.resume: see TrainConfig
@@ -39,6 +39,23 @@ class WandbConfig:
     entity: str | None = None
     group: str | None = None  # runs of one sweep or suite together (physlm sweep sets it)
     tags: list[str] = field(default_factory=list)  # a sweep run's axis values, `pos=rope`
+
+
+@dataclass
+class LoraOptions:
+    """`train.lora`: low-rank adapters (trainer/lora.py); rank 0 trains every weight (full
+    finetuning)."""
+
+    rank: int = 0
+    alpha: float = 16.0  # the update is scaled by alpha / rank
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: ["qkv", "proj", "fc"])  # Linear names
+
+    def validate(self) -> None:
+        require(self.rank >= 0, "lora.rank", self.rank, "must be >= 0 (0: full finetuning)")
+        require(self.alpha > 0, "lora.alpha", self.alpha, "must be > 0")
+        require(0 <= self.dropout < 1, "lora.dropout", self.dropout, "must be in [0, 1)")
+        require(bool(self.targets), "lora.targets", self.targets, "must name a linear layer")
 
 
 @dataclass
@@ -154,6 +171,17 @@ def _named_layer(group: str, key: str, name: str, source: str) -> tuple[DictConf
     return read_yaml(path), str(path)
 
 
+def _refuse_legacy_model_keys(layers: list[tuple[DictConfig, str]]) -> None:
+    """Say where a model key of earlier versions went (`rope_theta`: `rope.theta`), rather than
+    only that it is unknown."""
+    for given, source in layers:
+        for key, places in LEGACY_KEYS.items():
+            if key in given:
+                now = " or ".join(f"model.{group}.{option}" for group, option in places)
+                raise ConfigError(f"model.{key}", given[key], f"now {now} (each positional "
+                                  "encoding owns its options)", source)
+
+
 def load_experiment(path: str | Path, overrides: list[str]) -> Experiment:
     return build_experiment(read_yaml(path), str(path), overrides, Path(path).stem)
 
@@ -189,11 +217,17 @@ def build_experiment(given: DictConfig, source: str, overrides: list[str],
             layers[group].append((cli[group], COMMAND_LINE))
     corpus = (corpus_config(layers["corpus"], schemas(), prefix="corpus.")
               if layers["corpus"] else None)  # optional when training on a given corpus dir
+    if corpus is not None:
+        try:  # here, not only when gen runs: a sweep or submit is refused before it starts
+            refuse_tokenizer_options(corpus)
+        except ConfigError as exc:
+            raise ConfigError(f"corpus.{exc.key}", exc.value, exc.reason, source) from None
+    _refuse_legacy_model_keys(layers["model"])
     return Experiment(
         name=str(cli.get("name", given.get("name", default_name))),
         corpus=corpus,
         corpus_name=names["corpus"],
-        model=build_config(ModelConfig, layers["model"] or [({}, source)], "model."),
+        model=build_config(model_schema(), layers["model"] or [({}, source)], "model."),
         train=build_config(TrainConfig, layers["train"] or [({}, source)], "train."),
         eval=build_config(eval_schema(), layers["eval"] or [({}, source)], "eval."),
         source=source,

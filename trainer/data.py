@@ -35,13 +35,27 @@ from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.manifest import MANIFEST, read_manifest
 from corpus_gen.core.shards import read_npy_header, tar_members
 from corpus_gen.core.verify import file_verifies
-from trainer.config import TrainConfig
 
 IGNORE_INDEX = -100  # label of a position that does not count (torch's cross_entropy default)
 _CHUNK = 1024  # documents turned into stream arrays at a time: bounds memory on big shards
 _NPY_PEEK = 256  # bytes of a member holding its npy header (128 from our writer)
 
 Window = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens, mask (1: in the loss), doc starts
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """What shapes the batches; the engine fills it from the experiment's `train` keys of the
+    same names. A saved state records all but doc_mask and restart_positions, which number a
+    window's segments and positions but do not move the stream."""
+
+    ctx: int  # tokens per window
+    micro_batch: int  # windows per batch
+    seed: int = 0  # draws each epoch's shard order
+    split_documents: bool = True  # documents may continue into the next window
+    shuffle_shards: bool = True
+    doc_mask: bool = True  # doc_ids number the documents of a window (else all 0)
+    restart_positions: bool = True  # position ids restart per document
 
 
 @dataclass
@@ -135,18 +149,16 @@ def _pack(lengths: np.ndarray, ctx: int) -> list[int]:
 class PackedBatches:
     """Endless micro-batches for one rank: `input_ids`, `labels` (next token, IGNORE_INDEX where
     it does not count), `position_ids` and `doc_ids` (segment index within the window), each
-    [B, T] int64. Iterating advances this object's position; run one iterator at a time.
+    [B, T] int64. Iterating advances this object's position; run one iterator at a time."""
 
-    `config` is the run's TrainConfig, of which the loader reads ctx, micro_batch, doc_mask,
-    restart_positions, split_documents, shuffle_shards and seed."""
-
-    def __init__(self, corpus: str | Path, config: TrainConfig, rank: int = 0,
+    def __init__(self, corpus: str | Path, options: DataOptions, rank: int = 0,
                  world_size: int = 1):
-        if config.ctx < 1 or config.micro_batch < 1:
-            raise ValueError(f"ctx={config.ctx} and micro_batch={config.micro_batch} must be >= 1")
+        if options.ctx < 1 or options.micro_batch < 1:
+            raise ValueError(
+                f"ctx={options.ctx} and micro_batch={options.micro_batch} must be >= 1")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} is outside world_size={world_size}")
-        self.root, self.config = Path(corpus), config
+        self.root, self.options = Path(corpus), options
         self.rank, self.world_size = rank, world_size
         manifest = read_manifest(self.root)
         tokenizer = manifest["tokenizer"]
@@ -164,7 +176,7 @@ class PackedBatches:
         # documents plus their EOS in one pass over the corpus
         self.tokens_per_epoch = sum(stream_lengths)
         # what locates a window: stream tokens per shard, or whole-document windows per shard
-        self._extent = np.array(stream_lengths if config.split_documents
+        self._extent = np.array(stream_lengths if options.split_documents
                                 else [len(self._whole_bounds(self._open(i))) - 1
                                       for i in range(len(self._shards))], dtype=np.int64)
         self._by_shard = len(self._shards) >= world_size
@@ -176,8 +188,8 @@ class PackedBatches:
     def _rank_shards(self, epoch: int) -> list[list[int]]:
         """The shard indices each rank reads in `epoch`, in reading order."""
         n, world = len(self._shards), self.world_size
-        order = (np.random.default_rng([self.config.seed, epoch]).permutation(n)
-                 if self.config.shuffle_shards else np.arange(n))
+        order = (np.random.default_rng([self.options.seed, epoch]).permutation(n)
+                 if self.options.shuffle_shards else np.arange(n))
         if not self._by_shard:
             return [order.tolist()] * world
         kept = order[: n - n % world]
@@ -185,7 +197,7 @@ class PackedBatches:
 
     def _windows_in(self, shards: list[int]) -> int:
         total = int(self._extent[shards].sum())
-        return max(total - 1, 0) // self.config.ctx if self.config.split_documents else total
+        return max(total - 1, 0) // self.options.ctx if self.options.split_documents else total
 
     def batches_in_epoch(self, epoch: int) -> int:
         """Batches every rank yields in `epoch` (the same number on all ranks)."""
@@ -194,14 +206,14 @@ class PackedBatches:
             windows = min(self._windows_in(shards) for shards in lists)
         else:
             windows = self._windows_in(lists[0]) // self.world_size
-        return windows // self.config.micro_batch
+        return windows // self.options.micro_batch
 
     def _batches(self, epoch: int) -> int:
         batches = self.batches_in_epoch(epoch)
         if batches == 0:
             raise CorpusError(
                 f"{self.root}: epoch {epoch} has too few tokens for one batch per rank "
-                f"(micro_batch={self.config.micro_batch}, ctx={self.config.ctx}, "
+                f"(micro_batch={self.options.micro_batch}, ctx={self.options.ctx}, "
                 f"world_size={self.world_size}, {len(self._shards)} shards)")
         return batches
 
@@ -229,7 +241,7 @@ class PackedBatches:
 
     def _whole_bounds(self, shard: _Shard) -> list[int]:
         """Window bounds of `shard` packed whole (see `_pack`); a document over ctx is an error."""
-        ctx = self.config.ctx
+        ctx = self.options.ctx
         too_long = np.flatnonzero(shard.lengths > ctx)
         if too_long.size:
             i = int(too_long[0])
@@ -247,7 +259,7 @@ class PackedBatches:
 
     def _split_windows(self, shards: list[int], first: int) -> Iterator[Window]:
         """Windows `first`, `first`+1, ... of the stream of `shards`."""
-        ctx = self.config.ctx
+        ctx = self.options.ctx
         start, offset = self._locate(shards, first * ctx)
         held: Window = (np.empty(0, self._dtype), np.empty(0, np.uint8), np.empty(0, bool))
         for index in shards[start:]:
@@ -261,7 +273,7 @@ class PackedBatches:
 
     def _whole_windows(self, shards: list[int], first: int) -> Iterator[Window]:
         """Windows `first`, `first`+1, ... of whole documents, packing each shard on its own."""
-        size = self.config.ctx + 1
+        size = self.options.ctx + 1
         start, skip = self._locate(shards, first)
         for index in shards[start:]:
             shard = self._open(index)
@@ -283,19 +295,19 @@ class PackedBatches:
         labels = np.where(mask[:, 1:].astype(bool), tokens[:, 1:], IGNORE_INDEX)
         starts = first[:, :-1].copy()
         starts[:, 0] = True  # a window opens a segment, even in the middle of a document
-        steps = np.arange(self.config.ctx)
-        doc_ids = (np.cumsum(starts, axis=1) - 1 if self.config.doc_mask
+        steps = np.arange(self.options.ctx)
+        doc_ids = (np.cumsum(starts, axis=1) - 1 if self.options.doc_mask
                    else np.zeros(starts.shape, np.int64))
         positions = (steps - np.maximum.accumulate(np.where(starts, steps, 0), axis=1)
-                     if self.config.restart_positions else np.broadcast_to(steps, starts.shape))
+                     if self.options.restart_positions else np.broadcast_to(steps, starts.shape))
         batch = {"input_ids": tokens[:, :-1], "labels": labels, "position_ids": positions,
                  "doc_ids": doc_ids}
         return {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.int64))
                 for k, v in batch.items()}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        make_windows = self._split_windows if self.config.split_documents else self._whole_windows
-        size = self.config.micro_batch
+        make_windows = self._split_windows if self.options.split_documents else self._whole_windows
+        size = self.options.micro_batch
         stride, offset = (1, 0) if self._by_shard else (self.world_size, self.rank)
         while True:
             epoch, start = self._epoch, self._batch
@@ -311,10 +323,10 @@ class PackedBatches:
 
     def _identity(self) -> dict:
         """Everything a saved position depends on besides (epoch, batch)."""
-        c = self.config
-        return {"corpus": self._fingerprint, "ctx": c.ctx, "micro_batch": c.micro_batch,
-                "split_documents": c.split_documents, "shuffle_shards": c.shuffle_shards,
-                "seed": c.seed, "world_size": self.world_size}
+        o = self.options
+        return {"corpus": self._fingerprint, "ctx": o.ctx, "micro_batch": o.micro_batch,
+                "split_documents": o.split_documents, "shuffle_shards": o.shuffle_shards,
+                "seed": o.seed, "world_size": self.world_size}
 
     def state_dict(self) -> dict:
         """The position after the last batch yielded: the next batch is `batch` of `epoch`."""

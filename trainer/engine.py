@@ -30,7 +30,7 @@ from corpus_gen.core.manifest import MANIFEST, read_manifest
 from trainer import checkpoint
 from trainer.checkpoint import TrainState
 from trainer.config import Experiment, TrainConfig
-from trainer.data import IGNORE_INDEX, PackedBatches
+from trainer.data import IGNORE_INDEX, DataOptions, PackedBatches
 from trainer.distributed import Dist, setup
 from trainer.errors import Preempted, TrainError
 from trainer.finetune import load_parent
@@ -68,6 +68,13 @@ def peak_flops(device: torch.device) -> float | None:
 
 def model_for_corpus(model: ModelConfig, train: TrainConfig, manifest: dict) -> ModelConfig:
     return replace(model, vocab_size=manifest["tokenizer"]["vocab_size"], ctx=train.ctx)
+
+
+def data_options(train: TrainConfig) -> DataOptions:
+    return DataOptions(ctx=train.ctx, micro_batch=train.micro_batch, seed=train.seed,
+                       split_documents=train.split_documents,
+                       shuffle_shards=train.shuffle_shards, doc_mask=train.doc_mask,
+                       restart_positions=train.restart_positions)
 
 
 def ds_config(train: TrainConfig) -> dict:
@@ -155,7 +162,7 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     model_config = model_for_corpus(experiment.model, cfg, manifest)
     try:
         model_config.validate()
-        data = PackedBatches(corpus_dir, cfg, world.rank, world.world_size)
+        data = PackedBatches(corpus_dir, data_options(cfg), world.rank, world.world_size)
     except (ValueError, CorpusError) as exc:
         raise TrainError(str(exc)) from None
     _claim_run_dir(run_dir, cfg.resume, world, lock)
@@ -203,7 +210,7 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
                       enabled=world.rank == 0, group=cfg.wandb.group, tags=cfg.wandb.tags)
     tracker.forget_after(state.step)  # the steps after the checkpoint are logged again
     # the monitoring windows: the first `eval_batches` of the corpus in manifest order
-    fixed = (PackedBatches(corpus_dir, replace(cfg, shuffle_shards=False), world.rank,
+    fixed = (PackedBatches(corpus_dir, replace(data.options, shuffle_shards=False), world.rank,
                            world.world_size) if cfg.eval_every else None)
     metrics, stopped = _loop(Trainer(cfg, world, state, tracker, checkpoints, fixed, on_step,
                                      stop))

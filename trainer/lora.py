@@ -7,31 +7,13 @@ adapters with the frozen base); `weights.pt` holds the merged plain weights (W +
 which evaluation and a later finetuning load as an ordinary GPT.
 """
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
-from corpus_gen.core.config import require
+from trainer.config import LoraOptions
 from trainer.errors import TrainError
 
 ADAPTER = "default"  # peft's name for the one adapter a model gets here
-
-
-@dataclass
-class LoraOptions:
-    """`train.lora`: rank 0 trains every weight (full finetuning)."""
-
-    rank: int = 0
-    alpha: float = 16.0  # the update is scaled by alpha / rank
-    dropout: float = 0.0
-    targets: list[str] = field(default_factory=lambda: ["qkv", "proj", "fc"])  # Linear names
-
-    def validate(self) -> None:
-        require(self.rank >= 0, "lora.rank", self.rank, "must be >= 0 (0: full finetuning)")
-        require(self.alpha > 0, "lora.alpha", self.alpha, "must be > 0")
-        require(0 <= self.dropout < 1, "lora.dropout", self.dropout, "must be in [0, 1)")
-        require(bool(self.targets), "lora.targets", self.targets, "must name a linear layer")
 
 
 def add_adapters(model: nn.Module, options: LoraOptions) -> nn.Module:

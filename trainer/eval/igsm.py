@@ -30,7 +30,6 @@ from corpus_gen.igsm.checker import check_solution
 from corpus_gen.igsm.graph import MOD
 from trainer.errors import TrainError
 from trainer.eval.eval_sets import read_eval_set
-from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
 _ROW_FIELDS = {"id": int, "prompt": str, "op": int, "problem": dict}
@@ -113,6 +112,8 @@ def solve(context: EvalContext, rows: list[dict], batch_size: int, max_new_token
           ) -> list[tuple[str | None, bool]]:
     """Greedy solutions of `rows`, in order: (text, truncated), or (None, False) when the prompt
     leaves no room among the model's positions (learned absolute positions only)."""
+    from trainer.eval.generation import generate
+
     tokenizer, model = context.tokenizer, context.model
     limit = model.positional.max_positions or float("inf")
     prompts = [tokenizer.encode(row["prompt"]) for row in rows]

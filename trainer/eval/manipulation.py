@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from corpus_gen.bios.manipulation import FORMS, VERDICTS, verdict_lead
 from corpus_gen.bios.qa import answered
 from corpus_gen.core.config import require
-from trainer.eval.generation import continuation_logprobs, generate
 from trainer.eval.qa import QAOptions, read_rows
 from trainer.eval.registry import EvalContext, Task, register
 
@@ -65,6 +64,8 @@ def choices(context: EvalContext, rows: list[dict], batch_size: int
             ) -> list[tuple[str, bool | None]]:
     """Per row, the verdict the model chooses and, for `cot` rows, whether its own reasoning
     was the true one (None for `plain` rows)."""
+    from trainer.eval.generation import continuation_logprobs, generate
+
     model = context.model
     out: list[tuple[str, bool | None]] = []
     for start in range(0, len(rows), batch_size):

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from corpus_gen.bios.qa import answered
 from corpus_gen.core.config import require
 from trainer.eval.eval_sets import read_eval_set
-from trainer.eval.generation import generate
 from trainer.eval.registry import EvalContext, Task, register
 
 if TYPE_CHECKING:
@@ -64,6 +63,8 @@ def answers(context: EvalContext, rows: list[dict], batch_size: int
     absolute positions only) gets no continuation, so it scores wrong instead of stopping the
     whole evaluation. Rows are batched in order of answer then prompt length, so that a batch
     pads little and decodes no further than its answers need; results come in row order."""
+    from trainer.eval.generation import generate
+
     tokenizer = context.tokenizer
     limit = context.model.positional.max_positions or float("inf")
     prompts = [tokenizer.encode(r["prompt"]) for r in rows]

@@ -5,6 +5,10 @@ function `(context, options) -> results dict`, and optionally a plot; the runner
 results to `<run>/eval/<task>.json`, logs them, and draws the plot. The experiment's `eval`
 schema is assembled from the registered tasks (`eval_schema`), so a new task module is all it
 takes. Modules of this package that call `register` are found automatically.
+
+Reading an experiment file imports every task module for its options, and must not import
+torch (tests/test_import_cost.py): neither this module nor a task module imports it at import
+time; a task imports its torch helpers (generation, activations) in the functions that use them.
 """
 
 import dataclasses
@@ -12,27 +16,31 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from corpus_gen.core.config import require
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.registry import import_submodules
-from corpus_gen.core.tokenizer import Tokenizer
-from trainer.model import GPT
 from trainer.run_dir import EVAL
 
+if TYPE_CHECKING:
+    import torch
+
+    from corpus_gen.core.tokenizer import CorpusTokenizer
+    from trainer.model import GPT
+
 DEFAULT_TASKS = ("qa",)
+# this package's modules that import torch; none registers a task, and `tasks()` skips them
+TORCH_MODULES = ("activations", "generation", "runner")
 
 
 @dataclass
 class EvalContext:
-    model: GPT
-    tokenizer: Tokenizer
+    model: "GPT"
+    tokenizer: "CorpusTokenizer"  # SentencePiece or a fixed vocabulary
     corpus_dir: Path
     run_dir: Path
-    device: torch.device
+    device: "torch.device"
     # where a task writes files beside its results (generations); the runner moves them into
     # <run>/eval/ with the results once the task has finished
     out: Path | None = None
@@ -58,7 +66,7 @@ def register(task: Task) -> Task:
 
 
 def tasks() -> dict[str, Task]:
-    import_submodules("trainer.eval")  # cheap once cached; finds every task module
+    import_submodules("trainer.eval", skip=TORCH_MODULES)  # cheap once cached; finds every task
     return _TASKS
 
 

@@ -12,28 +12,38 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from corpus_gen.core.corpus_tokenizer import load_tokenizer
 from corpus_gen.core.manifest import read_manifest
-from corpus_gen.core.tokenizer import Tokenizer
 from trainer import checkpoint
 from trainer.errors import TrainError
 from trainer.eval.registry import EvalContext, Task, eval_schema, tasks
-from trainer.model import GPT, ModelConfig
-from trainer.run_dir import CHECKPOINTS, CONFIG, EVAL, read_run_config, run_lock, write_error
+from trainer.model import GPT
+from trainer.model.config import model_config_from_dict
+from trainer.run_dir import (
+    CHECKPOINTS,
+    CONFIG,
+    EVAL,
+    WEIGHTS,
+    latest_checkpoint,
+    read_run_config,
+    run_lock,
+    write_error,
+)
 from trainer.tracking import Tracker
 
 STAGING = "-staging-"  # eval/.<task>-staging-XXXX: a task's files until it has finished
 
 
 def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
-    path = checkpoint.latest_checkpoint(run_dir / CHECKPOINTS)
+    path = latest_checkpoint(run_dir / CHECKPOINTS)
     if path is None:
         raise TrainError(f"{run_dir}: no checkpoint to evaluate (checkpoints/latest missing)")
-    saved = checkpoint.load_weights(path / "weights.pt")  # tensors and plain types only
+    saved = checkpoint.load_weights(path / WEIGHTS)  # tensors and plain types only
     try:
-        model = GPT(ModelConfig(**saved["model_config"]))
+        model = GPT(model_config_from_dict(saved["model_config"]))
         model.load_state_dict(saved["state_dict"])
     except (TypeError, ValueError, RuntimeError) as exc:  # torch lists every mismatched tensor
-        raise TrainError(f"{path / 'weights.pt'}: does not fit its model_config: "
+        raise TrainError(f"{path / WEIGHTS}: does not fit its model_config: "
                          f"{str(exc).strip().splitlines()[-1].strip()}") from None
     return model.to(device).eval(), checkpoint.read_meta(path)
 
@@ -102,8 +112,8 @@ def _evaluate(run_dir: Path, config: RunConfig, task_names: list[str], eval_conf
     if manifest["tokenizer"]["sha256"] != meta["tokenizer_sha256"]:
         raise TrainError(f"{corpus_dir}: its tokenizer differs from the one {run_dir} was "
                          "trained with")
-    context = EvalContext(model, Tokenizer.load(corpus_dir / "tokenizer.model"), corpus_dir,
-                          run_dir, device)
+    context = EvalContext(model, load_tokenizer(corpus_dir, manifest), corpus_dir, run_dir,
+                          device)
     out = run_dir / EVAL
     out.mkdir(exist_ok=True)
     for stale in out.glob(f".*{STAGING}*"):  # a killed evaluation's; the lock says it is gone
