@@ -136,23 +136,23 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from launch.experiment import run_dir_for, run_experiment
-    from launch.report import report
-    from launch.suite import is_suite, load_suite, run_suite
+    from launch.suite import is_suite
     from trainer.config import load_experiment
 
     path = _config_file("experiment", args.experiment)
-    if not is_suite(path):
-        experiment = load_experiment(path, args.overrides)
-        _, results = run_experiment(experiment, run_dir_for(experiment, args.run_dir),
-                                    args.workers)
-        for name, result in results.items():
-            print(_summary_table(name, result))
-        return 0
-    suite = load_suite(path, args.overrides)
-    root = Path(args.run_dir) if args.run_dir else Path("runs") / suite.name
-    done = run_suite(suite, root, args.workers)
-    print(f"\nreport | {root / 'report'}")
-    print(report([run_dir for run_dir, _ in done.values()], root / "report"))
+    if is_suite(path):  # several runs: planned and run as a sweep's are
+        from launch.plan import load_plan
+
+        return _launch(load_plan(path, args.overrides, args.run_dir), args)
+    for option, given in (("--dry-run", args.dry_run), ("--redo-changed", args.redo_changed),
+                          ("--jobs", args.jobs != 1)):
+        if given:
+            raise TrainError(f"{option} is for a suite; for one experiment, physlm sweep "
+                             f"{args.experiment} {option} does it")
+    experiment = load_experiment(path, args.overrides)
+    _, results = run_experiment(experiment, run_dir_for(experiment, args.run_dir), args.workers)
+    for name, result in results.items():
+        print(_summary_table(name, result))
     return 0
 
 
@@ -197,12 +197,19 @@ def _plan(args: argparse.Namespace, overrides: list[str]):
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from launch.local import execute
     from launch.slurm import load_slurm_config
-    from launch.status import status_table, statuses
 
     plan = _plan(args, args.overrides)
     load_slurm_config(plan, None, [])  # a typo in the sweep's slurm: is found now, not later
+    return _launch(plan, args)
+
+
+def _launch(plan, args: argparse.Namespace) -> int:
+    """Run a plan (a sweep's, a suite's) on this machine, `--jobs` runs at a time, then print
+    its status and report; 1 unless every run is done. `--dry-run` lists it instead."""
+    from launch.local import execute
+    from launch.status import status_table, statuses
+
     if args.dry_run:
         from launch.plan import settle_changed
 
@@ -213,7 +220,7 @@ def _sweep(args: argparse.Namespace) -> int:
     rows = statuses(plan.root)
     print("\n" + status_table(rows))
     finished = sum(row.state == "done" for row in rows)
-    if finished and plan.axes:
+    if finished and plan.kind != "experiment":  # an experiment's root is its run directory
         from launch.sweep_report import sweep_report
 
         print(f"\nreport | {plan.root / 'report'}")
@@ -312,15 +319,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     for verb, function in (("train", _train), ("run", _run)):
         sub = verb_parser(verb)
-        sub.add_argument("experiment", help="experiment YAML (configs/experiment/*.yaml)")
+        sub.add_argument("experiment", help=("experiment or suite" if verb == "run" else
+                                              "experiment") + " YAML (configs/experiment/*.yaml)")
         sub.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.n_layer=8")
-        sub.add_argument("--run-dir", help="run directory (default: runs/<experiment name>)")
+        sub.add_argument("--run-dir", help="run directory (default: runs/<experiment name>)"
+                         + ("; a suite's: the root of its runs (default: runs/<suite name>)"
+                            if verb == "run" else ""))
         if verb == "train":
             sub.add_argument("--corpus", help="corpus directory (default: the experiment's "
                              "cached corpus under corpora/)")
         else:
-            sub.add_argument("--workers", type=_workers, default=1,
-                             help="corpus generator processes (>= 1; default 1)")
+            _launch_options(sub, verb)
         sub.set_defaults(run=function)
 
     evaluate = verb_parser("eval")
@@ -349,21 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "train.max_steps=100" + ("; slurm.KEY=VALUE for the Slurm settings"
                                                   if verb == "submit" else ""))
         sub.add_argument("--run-dir", help="the plan's root (default: runs/<name>)")
-        sub.add_argument("--dry-run", action="store_true",
-                         help="list the runs and corpora, run nothing" if verb == "sweep" else
-                         "write the sbatch scripts and print the sbatch lines, submit nothing")
-        if verb == "sweep":
-            sub.add_argument("--jobs", type=_workers, default=1,
-                             help="runs at a time (>= 1; default 1)")
-            sub.add_argument("--workers", type=_workers, default=1,
-                             help="corpus generator processes (>= 1; default 1)")
-        else:
+        if verb == "submit":
             sub.add_argument("--slurm", metavar="FILE",
                              help="Slurm settings: a YAML file or a shipped configs/slurm name")
-        sub.add_argument("--redo-changed", action="store_true",
-                         help="move aside (to replaced-<time>/) and train again each run "
-                         "directory trained with other settings than the plan's now, instead "
-                         "of refusing")
+        _launch_options(sub, verb)
         sub.set_defaults(run=function)
 
     status = verb_parser("status")
@@ -373,6 +371,23 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--run-dir", help="with a file: the plan's root (default: runs/<name>)")
     status.set_defaults(run=_status)
     return parser
+
+
+def _launch_options(sub: argparse.ArgumentParser, verb: str) -> None:
+    """The options of the verbs that launch a plan: run (a suite's), sweep and submit."""
+    suite = "a suite: " if verb == "run" else ""
+    if verb != "submit":
+        sub.add_argument("--jobs", type=_workers, default=1,
+                         help=f"{suite}runs at a time (>= 1; default 1)")
+        sub.add_argument("--workers", type=_workers, default=1,
+                         help="corpus generator processes (>= 1; default 1)")
+    sub.add_argument("--dry-run", action="store_true",
+                     help="write the sbatch scripts and print the sbatch lines, submit nothing"
+                     if verb == "submit" else f"{suite}list the runs and corpora, run nothing")
+    sub.add_argument("--redo-changed", action="store_true",
+                     help=f"{suite}move aside (to replaced-<time>/) and train again each run "
+                     "directory trained with other settings than the plan's now, instead of "
+                     "refusing")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

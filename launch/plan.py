@@ -32,6 +32,8 @@ from launch.suite import finetune_from, is_suite, load_suite
 from launch.sweep import NAME_MAX, is_sweep, load_sweep
 from trainer.config import Experiment, load_experiment
 from trainer.errors import TrainError
+from trainer.model.config import upgrade_model_dict
+from trainer.model.registry import encodings
 from trainer.run_dir import read_run_config
 
 PLAN = "plan.json"
@@ -187,7 +189,9 @@ def settle_changed(plan: Plan, redo: bool, log: Callable[[str], None] = print,
 def config_change(run: RunJob) -> str | None:
     """The first setting the run's directory was trained with (its `config.yaml`) that its
     experiment in the plan now changes, as `key: then -> now`; None if none (or nothing was
-    trained there yet). A key only one side has (an option added since) counts as unchanged."""
+    trained there yet). The saved model group is read in today's layout (an encoding's options
+    were flat keys once), and the options of an encoding neither side uses are not compared; a
+    key only one side has (an option added since) counts as unchanged."""
     try:
         trained = read_run_config(run.run_dir)
     except TrainError:  # none yet, or damaged: training rewrites it
@@ -197,16 +201,22 @@ def config_change(run: RunJob) -> str | None:
                                  "model": asdict(experiment.model),
                                  "train": asdict(experiment.train),
                                  "eval": asdict(experiment.eval)}))
-    return _first_difference(trained, now, "")
+    ignored = _NOT_RESULTS
+    if isinstance(trained.get("model"), dict):
+        trained["model"] = upgrade_model_dict(trained["model"])
+        in_use = (trained["model"].get("pos"), now["model"]["pos"])
+        ignored += tuple(f"model.{name}" for name in encodings() if name not in in_use)
+    return _first_difference(trained, now, "", ignored)
 
 
-def _first_difference(then: dict, now: dict, prefix: str) -> str | None:
+def _first_difference(then: dict, now: dict, prefix: str, ignored: tuple[str, ...]
+                      ) -> str | None:
     for key, value in now.items():
         path = f"{prefix}{key}"
-        if key not in then or path in _NOT_RESULTS:
+        if key not in then or path in ignored:
             continue
         if isinstance(value, dict) and isinstance(then[key], dict):
-            found = _first_difference(then[key], value, f"{path}.")
+            found = _first_difference(then[key], value, f"{path}.", ignored)
             if found:
                 return found
         elif then[key] != value:

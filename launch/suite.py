@@ -3,11 +3,10 @@ multi5+permute, with vs without celebrities). `runs` maps each run's name to an 
 (the keys of an experiment file); `defaults` holds the groups the runs share, and a run's own
 group replaces the default's whole. A run with `parent: <earlier run>` finetunes: it starts from
 that run's weights (`train.init_from`) and its corpus takes the parent corpus's tokenizer
-(`corpus.tokenizer.reuse`), the "pretrain, then finetune" of Part 3.1. `physlm run SUITE` runs
-them in order, each in `<root>/<run>`, corpora cached and finished runs kept.
+(`corpus.tokenizer.reuse`), the "pretrain, then finetune" of Part 3.1. A suite is run as a
+plan (`launch.plan`), as a sweep is: each run in `<root>/<run>`, a run after its parent.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from corpus_gen.core.config import COMMAND_LINE, read_yaml, refuse_unknown_keys
 from corpus_gen.core.errors import ConfigError
-from launch.experiment import run_experiment
+from corpus_gen.core.registry import get_family
 from trainer.config import Experiment, build_experiment
 
 SUITE_KEYS = ("name", "defaults", "runs")
@@ -75,24 +74,10 @@ def load_suite(path: Path, overrides: list[str]) -> Suite:
 
 def finetune_from(experiment: Experiment, parent_dir: Path, parent_corpus: Path) -> None:
     """Make `experiment` finetune the run in `parent_dir`: its weights, and the tokenizer of its
-    corpus (as the path `corpus_dir` gives, relative: the path is part of the corpus config)."""
+    corpus (as the path `corpus_dir` gives, relative: the path is part of the corpus config);
+    a family of a fixed vocabulary has no tokenizer to take: its corpora share vocab.json."""
     experiment.train.init_from = str(parent_dir)
-    if experiment.corpus is not None and experiment.corpus.tokenizer.reuse is None:
-        experiment.corpus.tokenizer.reuse = str(parent_corpus)
-
-
-def run_suite(suite: Suite, root: Path, workers: int,
-              log: Callable[[str], None] = print) -> dict[str, tuple[Path, dict]]:
-    """Each run in order, in `root/<run>`: run directory and evaluation results by run name."""
-    done: dict[str, tuple[Path, Path]] = {}  # run -> (run directory, corpus directory)
-    results = {}
-    for run in suite.runs:
-        experiment = run.experiment
-        if run.parent is not None:
-            finetune_from(experiment, *done[run.parent])
-        log(f"\nsuite  | {suite.name}: run {run.name}"
-            + (f" (finetuning {run.parent})" if run.parent else ""))
-        run_dir = root / run.name
-        corpus, results[run.name] = run_experiment(experiment, run_dir, workers, log)
-        done[run.name] = (run_dir, corpus)
-    return {name: (done[name][0], results[name]) for name in results}
+    corpus = experiment.corpus
+    if (corpus is not None and corpus.tokenizer.reuse is None
+            and get_family(corpus.family).vocabulary is None):
+        corpus.tokenizer.reuse = str(parent_corpus)

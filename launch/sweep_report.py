@@ -360,12 +360,13 @@ def sweep_csv(sweep: SweepResults) -> str:
 
 
 def _not_reported(sweep: SweepResults) -> str:
-    """The runs without evaluation results, and why."""
+    """The runs without evaluation results, and why (not a run that evaluates nothing: a
+    suite's pretraining run)."""
     notes = []
     for run in sweep.runs:
         if run.name in sweep.unread:
             notes.append(f"- {run.name}: {sweep.unread[run.name]}")
-        elif not sweep.read[run.name].evaluated:
+        elif run.tasks and not sweep.read[run.name].evaluated:
             notes.append(f"- {run.name}: no evaluation results yet (eval/ holds none)")
     return "## Not reported\n\n" + "\n".join(notes) if notes else ""
 

@@ -3,6 +3,7 @@ plan that local processes (and Slurm jobs) run; runs that share a corpus config 
 one failing run fails alone, and a rerun does only what is not done."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -489,6 +490,27 @@ def test_a_run_trained_with_other_settings_is_refused_and_redo_changed_moves_it_
     write_plan(plan)
     _trained_as(run, **{"train.wandb.mode": "offline", "name": "renamed"})
     settle_changed(load_plan(path, []), redo=False)
+
+
+@pytest.mark.parametrize("overrides, change", [
+    ([], None),
+    (["model.rope.theta=500.0"], None),  # an option of an encoding the run does not use
+    (["model.relative.buckets=16"], "model.relative.buckets: 8 -> 16"),
+    (["model.pos=rope"], 'model.pos: "relative" -> "rope"'),
+])
+def test_a_run_saved_before_the_encodings_owned_their_options_is_compared_in_todays_layout(
+        tmp_path, overrides, change):
+    from launch.plan import config_change
+
+    legacy = Path(__file__).parent / "golden/legacy_run"  # config.yaml: relative_buckets: 8
+    run = tmp_path / "run"
+    shutil.copytree(legacy, run)
+    flat = "  relative_buckets: 8\n  relative_max_distance: 32\n"
+    path = tmp_path / "legacy.yaml"  # its experiment file in today's layout
+    path.write_text((legacy / "experiment.yaml").read_text()
+                    .replace(flat, "  relative: {buckets: 8, max_distance: 32}\n"))
+    assert flat not in path.read_text()
+    assert config_change(load_plan(path, overrides, root=str(run)).runs[0]) == change
 
 
 def test_a_job_record_whose_pid_now_names_another_process_is_not_a_running_job(tmp_path):

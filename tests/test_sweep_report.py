@@ -281,3 +281,16 @@ def test_an_empty_split_reads_no_data_in_the_tables_and_the_plot_not_zero(tmp_pa
     assert "no data" in [t.get_text() for t in ax.texts]
     bars = [bar.get_height() for c in ax.containers if isinstance(c, BarContainer) for bar in c]
     assert bars == [0.5]  # the learned setting has no bar, not a bar of 0
+
+
+def test_a_suite_run_that_evaluates_nothing_is_not_listed_as_unreported(tmp_path):
+    root = make_sweep(tmp_path / "suite", ["run"], [({"run": "pretrain"}, 0.5),
+                                               ({"run": "finetune"}, 0.7)], kind="suite")
+    plan = json.loads((root / "plan.json").read_text())
+    plan["runs"][0]["tasks"] = []  # a pretraining run: trained, never evaluated
+    (root / "plan.json").write_text(json.dumps(plan))
+    for name in ("run-pretrain", "run-finetune"):
+        (root / name / "eval" / "qa.json").unlink()
+    markdown = sweep_report(root, tmp_path / "out")
+    missing = markdown.split("## Not reported\n\n")[1].split("\n\n")[0].splitlines()
+    assert missing == ["- run-finetune: no evaluation results yet (eval/ holds none)"]
