@@ -1,6 +1,7 @@
-"""Planning a big sweep: `load_plan` of an N x N grid (`train.lr` x `seeds`) on a tiny base
-experiment, as `physlm sweep --dry-run` plans it, against the old way (each run built from the
-files by `load_experiment`, ~50 ms a run) timed on the first --old-runs points.
+"""Planning a big sweep: `load_plan` of an N x N grid (`train.lr` x `seeds`) on the shipped
+quickstart experiment (planned, never trained), as `physlm sweep --dry-run` plans it, against
+the old way (each run built from the files by `load_experiment`, ~50 ms a run) timed on the
+first --old-runs points.
 
     python bench/bench_plan.py --grid 100 --old-runs 200
 
@@ -23,22 +24,11 @@ from corpus_gen.core.config import config_dict
 from launch.plan import experiment_yaml, load_plan
 from trainer.config import load_experiment
 
-BASE = """\
-name: base
-corpus: {base: bios_s_multi5_permute, people: 24, mode: mix, qa_copies: 1,
-         records_per_shard: 100, tokenizer: {vocab_size: 600, sample_records: 200}}
-model: {n_layer: 1, n_head: 2, d_model: 32}
-train: {max_steps: 4, ckpt_every: 4, ctx: 64, micro_batch: 4, lr: 0.003, warmup_steps: 1,
-        log_every: 1, wandb: {mode: disabled}}
-eval: {tasks: [qa], qa: {max_people: 2, splits: [test]}}
-"""
-
 
 def sweep_file(folder: Path, grid: int, seeds: int) -> Path:
-    (folder / "base.yaml").write_text(BASE)
     lrs = [round(1e-4 * (i + 1), 6) for i in range(grid)]
     path = folder / "big.yaml"
-    path.write_text(f"experiment: base.yaml\ngrid: {{train.lr: {lrs}}}\n"
+    path.write_text(f"experiment: quickstart\ngrid: {{train.lr: {lrs}}}\n"
                     f"seeds: {list(range(seeds))}\n")
     return path
 
