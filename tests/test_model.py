@@ -308,6 +308,7 @@ def test_flash_attn_without_flash_installed_fails_at_construction():
         GPT(ModelConfig(vocab_size=VOCAB, attention="flash_attn"))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_FLASH),
                     reason="flash_attn needs CUDA and the flash-attn package")
 @pytest.mark.parametrize("packed", [False, True], ids=["one-doc", "packed"])

@@ -23,7 +23,7 @@ from trainer.model.registry import block_options, encodings, option_groups
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
-ATTENTION_BACKENDS = ("auto", "flash_attn", "sdpa", "math")
+ATTENTION_BACKENDS = ("auto", "flash_attn", "flex", "sdpa", "math")
 # how the model runs, not the function its weights compute: free to change on resume
 RUN_TIME_KEYS = ("attention", "dropout", "init_std")
 # flat keys of versions before the encodings owned their options: (group, key) they now are
@@ -49,7 +49,7 @@ class ModelConfig:
     # a registered encoding: learned | rope | alibi | relative | none, or Part 1's content-free
     # pos_only (per-layer relative-position tables) | uniform (head h: mean of 2^h - 1 tokens)
     pos: str = "rope"
-    attention: str = "auto"  # auto | flash_attn | sdpa | math
+    attention: str = "auto"  # auto | flash_attn | flex | sdpa | math
     init_std: float = 0.02
     # the built-in encodings' options, each read only when that encoding is chosen
     rope: RopeOptions = field(default_factory=RopeOptions)
@@ -88,9 +88,11 @@ class ModelConfig:
         require(self.pos in known, "pos", self.pos, f"must be one of {tuple(known)}")
         require(self.attention in ATTENTION_BACKENDS, "attention", self.attention,
                 f"must be one of {ATTENTION_BACKENDS}")
-        if self.attention == "flash_attn":
+        if self.attention in ("flash_attn", "flex"):  # both take rotations and ALiBi slopes only
             require(known[self.pos].flash_compatible, "attention", self.attention,
-                    f"flash_attn cannot run pos={self.pos!r}; use sdpa or auto")
+                    f"{self.attention} cannot run pos={self.pos!r}; use sdpa or auto")
+        require(self.attention != "flex" or self.dropout == 0, "attention", self.attention,
+                f"flex has no attention dropout (dropout={self.dropout}); use sdpa or auto")
         checked = [self.pos] if known[self.pos].options else []
         # a group this config lacks (made before its plug-in registered) is at its defaults
         for group in [g for g in checked + list(block_options()) if hasattr(self, g)]:

@@ -158,7 +158,11 @@ class GPT(nn.Module):
         if cache is not None:
             k_pos, k_doc = cache.extend(pos, 0 if doc_ids is None else doc_ids)
             doc_ids = k_doc[:, offset:]
-        backend = pick_backend(self.config.attention, self.flash_compatible, x, cache is not None)
+        backend = pick_backend(self.config.attention, self.flash_compatible, device=x.device.type,
+                               dtype=compute_dtype(x), head_dim=self.config.head_dim,
+                               cached=cache is not None, packed=doc_ids is not None,
+                               grad=torch.is_grad_enabled(),
+                               dropout=self.config.dropout if self.training else 0.0)
         mask = build_mask(backend, self.positional, pos, k_pos, doc_ids, k_doc, compute_dtype(x))
 
         for layer, block in enumerate(self.blocks):
