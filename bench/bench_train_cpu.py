@@ -17,7 +17,11 @@ outside the model, the same way for all), backward, torch AdamW (fused=False) st
 torch's default thread count. physlm runs with no doc mask and default positions (plain causal:
 its SDPA is_causal fast path); HF runs with attn_implementation="sdpa" and use_cache=False. An
 extra row per pair runs physlm as the trainer does by default (doc_mask: doc ids and per-document
-restarting position ids [B, T], packed documents of random length around --doc-len).
+restarting position ids [B, T], packed documents of random length around --doc-len), and the
+`compiled` rows run physlm under torch.compile as `train.compile: true` does (the model compiled
+in place, stepping in the trainer's CPU deterministic-kernels mode; the loss and optimizer stay
+eager, as in the trainer). Compilation happens in the untimed warmup steps. The step itself is
+bench/train_step.py's, shared with cpu_profile.py and the GPU proof.
 
 Each contestant first takes --warmup steps; then, in each of --rounds rounds, every contestant
 times --steps steps, one by one, in an order that rotates from round to round. The table gives
@@ -39,10 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from cpu_pressure import cpu_stall_us, print_run_footer
 from model_shape import add_shape_args, hf_llama_config
 from torch import Tensor, nn
+from train_step import phased_step
+
+from trainer.determinism import deterministic_kernels
 
 
 @dataclass
@@ -51,6 +57,7 @@ class Contestant:
     name: str
     model: nn.Module
     forward: Callable[[], Tensor]  # logits [B, T, V] for the shared batch
+    compiled: bool  # under torch.compile, as train.compile: true runs it
     optimizer: torch.optim.Optimizer
     rates: list[float]  # tokens/s of each timed step
     stalls: list[float]  # share of each timed step in which some task waited for a CPU
@@ -75,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="mean document length for the doc-mask row")
     p.add_argument("--pairs", default="llama,gpt2", help="comma list of llama, gpt2")
     p.add_argument("--no-doc-mask-row", action="store_true", help="skip the doc-mask rows")
+    p.add_argument("--no-compile-rows", action="store_true",
+                   help="skip the rows of physlm under torch.compile (train.compile: true)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -135,6 +144,20 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # parameters() yields tied ones once
 
 
+def physlm_rows(args: argparse.Namespace, docs: Tensor,
+                pos: Tensor) -> list[tuple[str, bool, dict]]:
+    """physlm's contestants: (name, compiled, extra forward inputs)."""
+    masked = {"position_ids": pos, "doc_ids": docs}
+    rows = [("physlm", False, {})]
+    if not args.no_doc_mask_row:
+        rows.append(("physlm + doc mask", False, masked))
+    if not args.no_compile_rows:
+        rows.append(("physlm compiled", True, {}))
+        if not args.no_doc_mask_row:
+            rows.append(("physlm compiled + doc mask", True, masked))
+    return rows
+
+
 def build(args: argparse.Namespace, ids: Tensor, docs: Tensor, pos: Tensor) -> list[Contestant]:
     from trainer.model import GPT
 
@@ -145,23 +168,21 @@ def build(args: argparse.Namespace, ids: Tensor, docs: Tensor, pos: Tensor) -> l
     for pair in args.pairs.split(","):
         config = physlm_config(args, pair)
         torch.manual_seed(args.seed)
-        ours = GPT(config).train()
-        torch.manual_seed(args.seed)
         theirs = hf_model(args, pair, config.ffn_dim).train()
-        mine, hfs = n_params(ours), n_params(theirs)
+        for name, compiled, inputs in physlm_rows(args, docs, pos):
+            torch.manual_seed(args.seed)
+            ours = GPT(config).train()
+            if compiled:
+                ours.compile()  # as the trainer does with train.compile: true
+            out.append(Contestant(pair, name, ours, lambda m=ours, kw=inputs: m(ids, **kw),
+                                  compiled, adamw(ours), [], []))
+        mine, hfs = n_params(out[-1].model), n_params(theirs)
         print(f"{pair}: physlm params {mine:,}  HF params {hfs:,}  (ffn_dim {config.ffn_dim})")
         assert mine == hfs, f"{pair}: parameter counts differ: physlm {mine} vs HF {hfs}"
-        out.append(Contestant(pair, "physlm", ours, lambda m=ours: m(ids), adamw(ours), [], []))
-        if not args.no_doc_mask_row:
-            torch.manual_seed(args.seed)
-            masked = GPT(physlm_config(args, pair)).train()
-            out.append(Contestant(pair, "physlm + doc mask", masked,
-                                  lambda m=masked: m(ids, position_ids=pos, doc_ids=docs),
-                                  adamw(masked), [], []))
         hf_name = type(theirs).__name__
         out.append(Contestant(pair, f"HF {hf_name}", theirs,
                               lambda m=theirs: m(input_ids=ids, use_cache=False).logits,
-                              adamw(theirs), [], []))
+                              False, adamw(theirs), [], []))
     return out
 
 
@@ -169,12 +190,12 @@ def quiet_rates(c: Contestant, limit: float) -> list[float]:
     return [rate for rate, stall in zip(c.rates, c.stalls) if stall < limit]
 
 
-def step(c: Contestant, targets: Tensor) -> None:
-    c.optimizer.zero_grad(set_to_none=True)
-    logits = c.forward()
-    loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
-    loss.backward()
-    c.optimizer.step()
+def step(c: Contestant, targets: Tensor) -> tuple[float, float, float]:
+    """One training step of `c`; seconds of forward with the loss, backward, optimizer. A
+    compiled contestant steps in trainer.determinism's deterministic-kernels mode, as
+    `train.compile: true` trains on CPU (it changes inductor's embedding backward)."""
+    with deterministic_kernels(c.compiled):
+        return phased_step(c.forward, targets, c.optimizer)
 
 
 def main(argv: list[str] | None = None) -> None:

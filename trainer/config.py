@@ -74,6 +74,12 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global gradient norm (0: no clipping)
     precision: str = "fp32"  # fp32 | bf16 | fp16
     zero_stage: int = 0
+    # the model under torch.compile (in place: checkpoints keep their keys); the first steps
+    # pay the compilation, and eval and generation load the weights into an eager model. On
+    # CPU the run trains in torch's deterministic mode (trainer.determinism), which exact
+    # resume needs there (off again after the run); not on CUDA, where eager training is not
+    # bit-reproducible either and the mode would slow the kernels
+    compile: bool = False
     doc_mask: bool = True  # attention confined to each document
     restart_positions: bool = True  # position ids restart per document
     split_documents: bool = True  # documents may continue into the next window
@@ -117,6 +123,11 @@ class TrainConfig:
         require(self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision,
                 "must be fp32, bf16 or fp16")
         require(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "must be 0-3")
+        # ZeRO-3 empties the parameters and gathers them in hooks, which the compiled graph,
+        # traced with the empty ones, cannot follow (it fails on the first step)
+        require(not (self.compile and self.zero_stage == 3), "zero_stage", self.zero_stage,
+                "cannot run with compile true (the compiled graph cannot follow its partitioned "
+                "parameters): use zero_stage 0-2 or compile false")
         require(self.resume in RESUME_MODES, "resume", self.resume,
                 f"must be {', '.join(RESUME_MODES[:-1])} or {RESUME_MODES[-1]}")
         require(self.wandb.mode in ("online", "offline", "disabled"), "wandb.mode",

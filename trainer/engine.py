@@ -31,6 +31,7 @@ from trainer import checkpoint
 from trainer.checkpoint import TrainState
 from trainer.config import Experiment, TrainConfig
 from trainer.data import IGNORE_INDEX, DataOptions, PackedBatches
+from trainer.determinism import deterministic_kernels
 from trainer.distributed import Dist, setup
 from trainer.errors import Preempted, TrainError
 from trainer.finetune import load_parent
@@ -148,16 +149,19 @@ def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     or `<run_dir>/.stop` asks the run to stop before train.max_steps.
     """
     # the handlers go in first: a signal during DeepSpeed's set-up stops at the first step;
-    # `lock`: the run directory's, held to the end once the run has claimed the directory
-    with StopRequest(run_dir) as stop, ExitStack() as lock:
-        return _train(experiment, run_dir, corpus_dir, on_step, stop, lock)
+    # `held`: what the run holds to its end (the run directory's lock once it has claimed the
+    # directory, deterministic mode), released also when it fails
+    with StopRequest(run_dir) as stop, ExitStack() as held:
+        return _train(experiment, run_dir, corpus_dir, on_step, stop, held)
 
 
 def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
            on_step: Callable[[int, dict], None] | None, stop: StopRequest,
-           lock: ExitStack) -> dict:
+           held: ExitStack) -> dict:
     cfg = experiment.train
     world = setup()
+    # compiled on CPU only: there inductor's embedding backward is what varies between runs
+    held.enter_context(deterministic_kernels(cfg.compile and world.device.type == "cpu"))
     manifest = _corpus_manifest(corpus_dir, experiment)
     model_config = model_for_corpus(experiment.model, cfg, manifest)
     try:
@@ -165,7 +169,7 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
         data = PackedBatches(corpus_dir, data_options(cfg), world.rank, world.world_size)
     except (ValueError, CorpusError) as exc:
         raise TrainError(str(exc)) from None
-    _claim_run_dir(run_dir, cfg.resume, world, lock)
+    _claim_run_dir(run_dir, cfg.resume, world, held)
     if world.rank == 0:
         stop.watch_file()
     _seed_everything(cfg.seed)  # identical initial weights on every rank
@@ -174,6 +178,8 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
                           manifest["tokenizer"]["sha256"]) if cfg.init_from else None)
     if cfg.lora.rank:
         model = add_adapters(model, cfg.lora)
+    if cfg.compile:
+        model.compile()  # in place: the parameters and state_dict keys stay the model's own
     import deepspeed
 
     optimizer = torch.optim.AdamW(model.configure_optimizer_groups(cfg.weight_decay), lr=cfg.lr,

@@ -66,10 +66,20 @@ class Learned(Positional):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         # checked here because an out-of-range index on CUDA is an opaque device assert
-        low, high = (int(v) for v in pos.aminmax())
-        if low < 0 or high >= self.max_positions:
-            raise ValueError(f"position ids span [{low}, {high}]: learned positions cover "
-                             f"[0, ctx={self.max_positions})")
+        if torch.compiler.is_compiling():
+            # reading the span back to the host would split the compiled graph (and sync every
+            # step): the check runs inside it instead. On CPU that is a RuntimeError with this
+            # message, without the span; on CUDA it is itself a device-side assert, as opaque
+            # as the one avoided (the message is lost and the CUDA context unusable), so there
+            # an eager run (train.compile false) is the one that names the span
+            inside = ((pos >= 0) & (pos < self.max_positions)).all()
+            torch._assert_async(inside, f"position ids outside [0, ctx={self.max_positions}): "
+                                "the range learned positions cover")
+        else:
+            low, high = (int(v) for v in pos.aminmax())
+            if low < 0 or high >= self.max_positions:
+                raise ValueError(f"position ids span [{low}, {high}]: learned positions cover "
+                                 f"[0, ctx={self.max_positions})")
         return x + self.table(pos)
 
 
@@ -79,7 +89,9 @@ class Rotary(Positional):
     Channels are paired as (i, i + head_dim/2). Frequencies are computed in fp32 from the
     positions rather than stored, so casting the model to bf16 cannot round them; the cos and
     sin of the last positions seen are kept, since every layer (and q and k) rotates by the same
-    position tensor in a forward pass.
+    position tensor in a forward pass. Under torch.compile they are computed where used (a
+    cache on the module would be a guard that recompiles every pass); the compiled graph
+    computes the same cos and sin once for all layers.
     """
 
     def __init__(self, config: ModelConfig):
@@ -92,13 +104,18 @@ class Rotary(Positional):
         return self._rotate(q, *self._cos_sin(q_pos)), self._rotate(k, *self._cos_sin(k_pos))
 
     def _cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        if torch.compiler.is_compiling():
+            return self._angles_of(pos)
         if self._angles is None or self._angles[0] is not pos:  # identity: the same tensor
-            half = self.head_dim // 2
-            freq = self.theta ** (-torch.arange(half, device=pos.device, dtype=torch.float32)
-                                  / half)
-            angle = pos[:, None, :, None].float() * freq  # [B, 1, T, half]
-            self._angles = (pos, angle.cos(), angle.sin())
+            self._angles = (pos, *self._angles_of(pos))
         return self._angles[1], self._angles[2]
+
+    def _angles_of(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin of position x frequency, each [B, 1, T, head_dim/2] in fp32."""
+        half = self.head_dim // 2
+        freq = self.theta ** (-torch.arange(half, device=pos.device, dtype=torch.float32) / half)
+        angle = pos[:, None, :, None].float() * freq
+        return angle.cos(), angle.sin()
 
     @staticmethod
     def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
