@@ -26,6 +26,7 @@ VERBS = {  # one line each: the top-level help lists them; each verb's --help op
     "submit": "submit an experiment, suite or sweep to Slurm: gen array -> train -> eval jobs",
     "status": "each run's state: pending, running, done, failed (and why), step and loss",
     "report": "compare runs, or a sweep's runs by axis: tables, paper numbers, plots",
+    "export": "write a run's checkpoint as a HF transformers model directory, with its tokenizer",
 }
 
 DESCRIPTION = f"""\
@@ -47,7 +48,8 @@ examples:
   physlm report runs/quickstart runs/small --out report   # compare runs, papers beside
   physlm sweep pos_encodings_bios --dry-run            # list a sweep's runs
   physlm submit igsm_depth_width --dry-run slurm.partition=gpu   # write the sbatch scripts
-  physlm status runs/igsm_depth_width                  # pending / running / done / failed"""
+  physlm status runs/igsm_depth_width                  # pending / running / done / failed
+  physlm export runs/p31_bios_s_single_mix --out hf/p31   # for AutoModelForCausalLM"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -273,6 +275,16 @@ def _status(args: argparse.Namespace) -> int:
     return 1 if any(row.state in FAILED for row in rows) else 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from trainer.hf.export import export_run
+
+    record = export_run(Path(args.run_dir), Path(args.out), args.checkpoint,
+                        Path(args.corpus) if args.corpus else None)
+    print(f"export | step {record['step']} of {args.run_dir} -> {args.out} "
+          f"({record['hf_class']})")
+    return 0
+
+
 def _summary_table(name: str, result: dict) -> str:
     """A task's headline numbers, as `physlm report` picks them: each rate outside the
     breakdowns, by its split (or set) and its path below it (`plain/accuracy`)."""
@@ -370,6 +382,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "experiment file (or a shipped one's name)")
     status.add_argument("--run-dir", help="with a file: the plan's root (default: runs/<name>)")
     status.set_defaults(run=_status)
+
+    export = verb_parser("export")
+    export.add_argument("run_dir", metavar="RUN", help="run directory")
+    export.add_argument("--checkpoint", type=int, metavar="STEP",
+                        help="the checkpoint of this step (default: the latest)")
+    export.add_argument("--out", metavar="DIR", required=True,
+                        help="the model directory to write; an earlier export there is "
+                             "replaced, any other non-empty directory refused")
+    export.add_argument("--corpus", help="corpus directory, for its tokenizer (default: the "
+                                         "run's)")
+    export.set_defaults(run=_export)
     return parser
 
 
