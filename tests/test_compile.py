@@ -80,24 +80,29 @@ def test_compile_with_zero_stage_3_is_refused_naming_both_keys(tmp_path):
                                                             "train.zero_stage=2"]).train.compile
 
 
-def test_compiled_run_resumes_exactly_and_saves_plain_weights(train_corpus, tmp_path):
+def straight_and_resumed(overrides: list[str], corpus, tmp_path) -> tuple[list, list]:
+    """(step, loss, grad_norm) of each logged step of a run trained straight through, and of the
+    same run killed at step 3 and resumed from its checkpoint at step 2."""
     def experiment():
         return load_experiment(tiny_experiment_file(tmp_path),
-                               [*ENGINE_RUN, "train.max_steps=5", "train.ckpt_every=2"])
-
-    train(experiment(), tmp_path / "straight", train_corpus)
+                               [*overrides, "train.ckpt_every=2"])
 
     def kill_at_3(step, _):
         if step == 3:
             raise Killed()
 
+    train(experiment(), tmp_path / "straight", corpus)
     with pytest.raises(Killed):
-        train(experiment(), tmp_path / "resumed", train_corpus, on_step=kill_at_3)
+        train(experiment(), tmp_path / "resumed", corpus, on_step=kill_at_3)
     assert not torch.are_deterministic_algorithms_enabled()  # ended with the failed run too
-    train(experiment(), tmp_path / "resumed", train_corpus)
-    straight, resumed = ([(m["step"], m["loss"], m["grad_norm"])
-                          for m in read_metrics(tmp_path / name)]
-                         for name in ("straight", "resumed"))
+    train(experiment(), tmp_path / "resumed", corpus)
+    return tuple([(m["step"], m["loss"], m["grad_norm"]) for m in read_metrics(tmp_path / name)]
+                 for name in ("straight", "resumed"))
+
+
+def test_compiled_run_resumes_exactly_and_saves_plain_weights(train_corpus, tmp_path):
+    straight, resumed = straight_and_resumed([*ENGINE_RUN, "train.max_steps=5"], train_corpus,
+                                             tmp_path)
     assert len(straight) == 5 and resumed == straight
     assert not torch.are_deterministic_algorithms_enabled()  # the mode ended with the run
     # the checkpoint is an eager model's: same keys, loads strictly, gives the same weights
@@ -142,23 +147,9 @@ def test_deterministic_kernels_restore_the_state_before_when_the_body_fails(
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [1, 2])  # 3 is refused (above)
 def test_compiled_run_under_zero_stage_resumes_exactly(train_corpus, tmp_path, stage):
-    def experiment():
-        return load_experiment(tiny_experiment_file(tmp_path),
-                               ["train.compile=true", "train.max_steps=4", "train.ckpt_every=2",
-                                f"train.zero_stage={stage}", "model.pos=rope",
-                                "model.dropout=0.1"])  # compiled dropout's RNG resumes too
-
-    train(experiment(), tmp_path / "straight", train_corpus)
-
-    def kill_at_3(step, _):
-        if step == 3:
-            raise Killed()
-
-    with pytest.raises(Killed):
-        train(experiment(), tmp_path / "resumed", train_corpus, on_step=kill_at_3)
-    train(experiment(), tmp_path / "resumed", train_corpus)
-    straight, resumed = ([(m["step"], m["loss"], m["grad_norm"])
-                          for m in read_metrics(tmp_path / name)]
-                         for name in ("straight", "resumed"))
+    straight, resumed = straight_and_resumed(
+        ["train.compile=true", "train.max_steps=4", f"train.zero_stage={stage}", "model.pos=rope",
+         "model.dropout=0.1"],  # compiled dropout's RNG resumes too
+        train_corpus, tmp_path)
     assert len(straight) == 4 and resumed == straight
     assert straight[-1][1] < straight[0][1]
