@@ -41,6 +41,7 @@ from trainer.run_dir import (
     META,
     STEP,
     WEIGHTS,
+    checkpoint_steps,
     latest_checkpoint,
     point_latest,
     read_latest,
@@ -127,8 +128,8 @@ def resumable(checkpoints: Path) -> tuple[Path | None, list[str]]:
         return None, []
     latest = checkpoints / name
     newest = step_of(latest.name)
-    steps = {p: step for p in checkpoints.glob(f"{STEP}*") if (step := step_of(p.name)) is not None
-             and p != latest and (newest is None or step < newest)}
+    steps = {p: step for p, step in checkpoint_steps(checkpoints).items()
+             if p != latest and (newest is None or step < newest)}
     older = sorted(steps, key=steps.get, reverse=True)
     skipped = []
     for path in (latest, *older):

@@ -49,6 +49,12 @@ def step_of(name: str) -> int | None:
     return int(digits) if name.startswith(STEP) and digits.isdigit() else None
 
 
+def checkpoint_steps(checkpoints: Path) -> dict[Path, int]:
+    """Each checkpoint directory in `checkpoints` (`step-000100`) and the step its name gives."""
+    return {path: step for path in checkpoints.glob(f"{STEP}*")
+            if (step := step_of(path.name)) is not None}
+
+
 def read_latest(checkpoints: Path) -> str | None:
     """The name `checkpoints/latest` points at (the newest complete checkpoint), None where
     there is no pointer. OSError and ValueError (not UTF-8) pass: each caller words them."""

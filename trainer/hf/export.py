@@ -35,10 +35,9 @@ from trainer.model.config import ModelConfig
 from trainer.run_dir import (
     CHECKPOINTS,
     META,
-    STEP,
+    checkpoint_steps,
     latest_checkpoint,
     read_run_config,
-    step_of,
 )
 
 if TYPE_CHECKING:
@@ -126,8 +125,8 @@ def _checkpoint(run_dir: Path, step: int | None) -> Path:
         return path
     path = checkpoints / checkpoint.tag(step)
     if not (path / META).is_file():
-        steps = sorted(found for p in checkpoints.glob(f"{STEP}*")
-                       if (found := step_of(p.name)) is not None and (p / META).is_file())
+        steps = sorted(found for p, found in checkpoint_steps(checkpoints).items()
+                       if (p / META).is_file())
         there = ", ".join(map(str, steps)) if steps else "none"
         raise TrainError(f"--checkpoint {step}: {run_dir} has no checkpoint of that step "
                          f"(its checkpoints: {there})")
