@@ -16,7 +16,7 @@ import json
 import random
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,7 +36,8 @@ from trainer.checkpoint_pickles import (
     safe_load,
 )
 from trainer.errors import DamagedCheckpoint, TrainError
-from trainer.model.config import model_difference
+from trainer.model import GPT
+from trainer.model.config import ModelConfig, model_config_from_dict, model_difference
 from trainer.run_dir import (
     META,
     STEP,
@@ -412,3 +413,22 @@ def load_weights(path: Path) -> dict:
         raise TrainError(f"{path}: holds non-finite weights ({bad} of {len(tensors)} tensors); "
                          "it cannot be evaluated")
     return payload
+
+
+def checkpoint_weights(path: Path, attention: str | None = None
+                       ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """The model config and state dict (on the CPU) in checkpoint `path`'s weights.pt, once the
+    state dict is known to fit a model of the config; a TrainError naming the file otherwise.
+    `attention`: the backend the check builds that model with in place of the run's, which the
+    weights do not depend on (export reads a flash_attn run where flash_attn is not installed);
+    the config returned is the run's."""
+    saved = load_weights(path / WEIGHTS)  # tensors and plain types only
+    try:
+        config = model_config_from_dict(saved["model_config"])
+        with torch.device("meta"):  # shapes only: no memory, no random init
+            model = GPT(config if attention is None else replace(config, attention=attention))
+        model.load_state_dict(saved["state_dict"], assign=True)  # strict: every name and shape
+    except (TypeError, ValueError, RuntimeError) as exc:  # torch lists every mismatched tensor
+        raise TrainError(f"{path / WEIGHTS}: does not fit its model_config: "
+                         f"{str(exc).strip().splitlines()[-1].strip()}") from None
+    return config, saved["state_dict"]

@@ -18,12 +18,10 @@ from trainer import checkpoint
 from trainer.errors import TrainError
 from trainer.eval.registry import EvalContext, Task, eval_schema, tasks
 from trainer.model import GPT
-from trainer.model.config import ModelConfig, model_config_from_dict
 from trainer.run_dir import (
     CHECKPOINTS,
     CONFIG,
     EVAL,
-    WEIGHTS,
     latest_checkpoint,
     read_run_config,
     run_lock,
@@ -38,29 +36,10 @@ def load_model(run_dir: Path, device: torch.device) -> tuple[GPT, dict]:
     path = latest_checkpoint(run_dir / CHECKPOINTS)
     if path is None:
         raise TrainError(f"{run_dir}: no checkpoint to evaluate (checkpoints/latest missing)")
-    config, state = checkpoint_weights(path)
+    config, state = checkpoint.checkpoint_weights(path)
     model = GPT(config)
     model.load_state_dict(state)
     return model.to(device).eval(), checkpoint.read_meta(path)
-
-
-def checkpoint_weights(path: Path, attention: str | None = None
-                       ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """The model config and state dict (on the CPU) in checkpoint `path`'s weights.pt, once the
-    state dict is known to fit a model of the config; a TrainError naming the file otherwise.
-    `attention`: the backend the check builds that model with in place of the run's, which the
-    weights do not depend on (export reads a flash_attn run where flash_attn is not installed);
-    the config returned is the run's."""
-    saved = checkpoint.load_weights(path / WEIGHTS)  # tensors and plain types only
-    try:
-        config = model_config_from_dict(saved["model_config"])
-        with torch.device("meta"):  # shapes only: no memory, no random init
-            model = GPT(config if attention is None else replace(config, attention=attention))
-        model.load_state_dict(saved["state_dict"], assign=True)  # strict: every name and shape
-    except (TypeError, ValueError, RuntimeError) as exc:  # torch lists every mismatched tensor
-        raise TrainError(f"{path / WEIGHTS}: does not fit its model_config: "
-                         f"{str(exc).strip().splitlines()[-1].strip()}") from None
-    return config, saved["state_dict"]
 
 
 @dataclass

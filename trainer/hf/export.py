@@ -29,7 +29,6 @@ from corpus_gen.core.manifest import read_manifest
 from corpus_gen.core.tokenizer import CorpusTokenizer
 from trainer import checkpoint
 from trainer.errors import TrainError
-from trainer.eval.runner import checkpoint_weights
 from trainer.hf.layouts import Layout, hf_config, layout_for
 from trainer.model.config import ModelConfig
 from trainer.run_dir import (
@@ -137,7 +136,7 @@ def _weights(path: Path) -> tuple[ModelConfig, Layout, dict[str, torch.Tensor]]:
     """The checkpoint's model config, its layout and its state dict, once the model is known to
     map and the state dict to fit the config. The backend the run trained with does not matter:
     a run trained with flash_attn exports on a machine without it."""
-    config, state = checkpoint_weights(path, attention="auto")
+    config, state = checkpoint.checkpoint_weights(path, attention="auto")
     return config, layout_for(config), state
 
 
