@@ -70,12 +70,14 @@ class UnitBatch:
     """Consecutive documents spelled in units: document i is the units
     `ids[offsets[i]:offsets[i + 1]]` joined by single spaces, its ground truth `metas[i]`, given
     as the text of a JSON object with at least one field (what `orjson.dumps` writes: shards
-    store it as is, beside the text). Every token counts in the loss."""
+    store it as is, beside the text). `loss`, parallel to `ids`, says which units' tokens count
+    in the loss (1) and which do not (0); None: every token counts."""
 
     units: Units
     ids: np.ndarray  # int64 unit ids, all documents back to back
     offsets: np.ndarray  # int64, len(metas) + 1
     metas: list[str]
+    loss: np.ndarray | None = None  # uint8 per unit occurrence, or None: all count
 
     def __len__(self) -> int:
         return len(self.metas)
@@ -96,9 +98,23 @@ def batch_texts(batch: Batch) -> list[str]:
 
 def batch_records(batch: Batch) -> list[Record]:
     if isinstance(batch, UnitBatch):
-        return [Record(text, orjson.loads(meta)) for text, meta in zip(batch.texts(),
-                                                                         batch.metas)]
+        return [Record(text, orjson.loads(meta), spans)
+                for text, meta, spans in zip(batch.texts(), batch.metas, _masked_spans(batch))]
     return batch
+
+
+def _masked_spans(batch: UnitBatch) -> list[tuple[tuple[int, int], ...]]:
+    """Each document's character spans out of the loss (`Record.masked`): one per unit that
+    does not count."""
+    if batch.loss is None:
+        return [()] * len(batch)
+    lengths = np.vectorize(len, otypes=[np.int64])(batch.units.strings)[batch.ids] + 1
+    spans = []
+    for a, b in zip(batch.offsets[:-1].tolist(), batch.offsets[1:].tolist()):
+        starts = np.concatenate([[0], np.cumsum(lengths[a:b - 1])])
+        out = np.flatnonzero(batch.loss[a:b] == 0)
+        spans.append(tuple((int(starts[i]), int(starts[i] + lengths[a + i] - 1)) for i in out))
+    return spans
 
 
 def flatten(batches: Iterable[Batch]) -> Iterator[Record]:

@@ -138,7 +138,12 @@ def _members(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document]
     # the same bytes as orjson.dumps({"text": text, **meta}): text first, then meta's fields
     jsons = [f'{{"text":"{text}",{meta[1:]}'.encode()
              for text, meta in zip(batch.texts(json=True), batch.metas)]
-    return jsons, ids, [_full_mask(n) for n in counts], counts
+    if batch.loss is None:
+        return jsons, ids, [_full_mask(n) for n in counts], counts
+    mask = np.repeat(batch.loss.astype(np.uint8), unit_counts)
+    masks = [npy_bytes(mask[a:b].tobytes(), "|u1", b - a)
+             for a, b in zip(ends.tolist(), ends[1:].tolist())]
+    return jsons, ids, masks, counts
 
 
 def _token_members(tokenizer: CorpusTokenizer, doc: Document) -> tuple[bytes, bytes, int]:
