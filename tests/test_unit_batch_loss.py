@@ -3,7 +3,7 @@ masked character spans do through the Record path."""
 
 import numpy as np
 
-from corpus_gen.core.records import Units, UnitBatch, batch_records, document
+from corpus_gen.core.records import UnitBatch, Units, batch_records, document
 from corpus_gen.core.vocabulary import Vocabulary
 from corpus_gen.core.write import _members
 
