@@ -1,0 +1,187 @@
+"""The depo family (Physics of LMs Part 4.1, reasoning depth): n distinct words on one hidden
+cycle; the context lists every (word, successor) pair in random order, then queries
+`hop<k> q => a` with a the k-th successor of q. Only `=>` and the answer count in the loss.
+
+Document: `<bos> a1 b1 a2 b2 ... hop3 q => a ...` (words spelled in letters, corpus_gen.core.words).
+A test instance is the cycle up to rotation, i.e. its set of pairs; `depo_test` rows have
+n = max_n and one query each, eval_samples rows per tested k.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from corpus_gen.core.records import BATCH, Record, UnitBatch, batch_records
+from corpus_gen.core.registry import Layout
+from corpus_gen.core.seeding import derive_key
+from corpus_gen.core.vocabulary import EOS
+from corpus_gen.core.words import letter_names, shuffled
+from corpus_gen.depo import draws
+from corpus_gen.depo.config import DepoConfig
+
+BOS, ANSWER = "<bos>", "=>"
+# draw tags: each kind of draw of a document has its own counters
+_SIZE, _WORDS, _CYCLE, _PAIRS, _QUERIES, _HOPS = range(1, 7)
+
+
+def vocabulary(config: DepoConfig) -> tuple[str, ...]:
+    hops = tuple(f"hop{k}" for k in range(1, config.max_k + 1))
+    return (EOS, BOS, *hops, ANSWER, *letter_names(config.mini_vocab))
+
+
+def _tokens(config: DepoConfig) -> draws.Tokens:
+    names = vocabulary(config)
+    return draws.Tokens(names, names.index(ANSWER) + 1, config.lexicon)
+
+
+def layout(config: DepoConfig) -> Layout:
+    return Layout(records=config.samples,
+                  summary={"samples": config.samples, "eval_samples": config.eval_samples,
+                           "max_n": config.max_n, "max_k": config.max_k,
+                           "words_possible": config.lexicon.size})
+
+
+@dataclass
+class Cycles:
+    """Each document's words in cycle order (codes, back to back): word j's successor is word
+    j + 1, the last word's the first."""
+
+    keys: np.ndarray
+    n: np.ndarray
+    words: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def docs(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.n)), self.n)
+
+    def ahead(self, position: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The position `steps` along the cycle from each (global) position."""
+        docs = self.docs[position]
+        start = self.offsets[docs]
+        return start + (position - start + steps) % self.n[docs]
+
+    def hashes(self) -> np.ndarray:
+        """Each cycle's hash up to rotation: its set of (word, successor) pairs."""
+        every = np.arange(len(self.words))
+        pairs = draws.pair_hash(self.words, self.words[self.ahead(every, 1)])
+        return draws.set_hash(pairs, self.offsets)
+
+
+def cycles(config: DepoConfig, keys: np.ndarray, n: np.ndarray) -> Cycles:
+    """The cycles of n[i] distinct words, each from its key."""
+    words = config.lexicon.draw(keys, n, _WORDS)
+    # the words come in draw order (short ones first when lengths vary): shuffle into the cycle
+    order = shuffled(keys, n, _CYCLE)
+    return Cycles(keys, n, words[order], np.r_[0, np.cumsum(n)])
+
+
+def _sizes(config: DepoConfig, keys: np.ndarray) -> np.ndarray:
+    return draws.graph_sizes(keys, config.max_n, _SIZE)
+
+
+def _test_hashes(config: DepoConfig) -> np.ndarray:
+    known = ("depo", config.seed, config.max_n, config.max_k, config.mini_vocab, config.min_len,
+             config.max_len, config.eval_samples)
+    return draws.test_hashes(known, config.eval_samples * len(config.tested_hops()),
+                             lambda index: cycles(config, _test_keys(config, index),
+                                                  np.full(len(index), config.max_n)).hashes())
+
+
+def _test_keys(config: DepoConfig, index: np.ndarray) -> np.ndarray:
+    return draws.doc_keys(derive_key(config.seed, "depo", "test"), index, np.zeros_like(index))
+
+
+def _train_keys(config: DepoConfig, start: int, stop: int) -> np.ndarray:
+    index = np.arange(start, stop)
+    key = derive_key(config.seed, "depo", "train")
+    n_max = np.full(stop - start, config.max_n)
+    return draws.avoid(
+        lambda attempts: draws.doc_keys(key, index, attempts), stop - start, config.max_n,
+        lambda keys: _sizes(config, keys),
+        lambda keys: cycles(config, keys, n_max[:len(keys)]).hashes(),
+        lambda: _test_hashes(config))
+
+
+@dataclass
+class Documents:
+    cycles: Cycles
+    items: draws.Items
+    pairs: np.ndarray  # positions of the listed pairs' first words, in context order
+    queries: np.ndarray  # positions of the queried words, in order
+    hops: np.ndarray  # k of each query
+
+
+def documents(config: DepoConfig, drawn: Cycles, queries: np.ndarray,
+              hops: np.ndarray | None) -> Documents:
+    """The documents of the cycles with `queries[i]` queries each; their k drawn from 1..K, or
+    `hops` (one per query) when given."""
+    n, docs = drawn.n, drawn.docs
+    pairs = shuffled(drawn.keys, n, _PAIRS)
+    asked = shuffled(drawn.keys, n, _QUERIES)
+    rank = np.arange(len(docs)) - drawn.offsets[docs]  # rank within its document
+    asked = asked[rank < queries[docs]]
+    asked_docs, asked_rank = docs[asked], rank[rank < queries[docs]]
+    if hops is None:
+        hops = draws.below(drawn.keys[asked_docs], config.max_k, _HOPS, asked_rank) + 1
+    items = draws.Items.empty(np.r_[0, np.cumsum(1 + 2 * n + 4 * queries)])
+    starts, codes, marks = items.offsets, items.codes, items.marks
+    tokens = _tokens(config)
+    marks[starts[:-1]] = tokens[BOS]
+    at = starts[docs] + 1 + 2 * rank  # the listed pairs
+    codes[at], codes[at + 1] = drawn.words[pairs], drawn.words[drawn.ahead(pairs, 1)]
+    at = starts[asked_docs] + 1 + 2 * n[asked_docs] + 4 * asked_rank  # the queries
+    marks[at] = tokens["hop1"] - 1 + hops
+    codes[at + 1] = drawn.words[asked]
+    marks[at + 2] = tokens[ANSWER]
+    codes[at + 3] = drawn.words[drawn.ahead(asked, hops)]
+    items.loss[at + 2] = items.loss[at + 3] = 1
+    return Documents(drawn, items, pairs, asked, hops)
+
+
+def batches(config: DepoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
+    tokens = _tokens(config)
+    for lo in range(start, stop, BATCH):
+        keys = _train_keys(config, lo, min(lo + BATCH, stop))
+        n = _sizes(config, keys)
+        docs = documents(config, cycles(config, keys, n), np.minimum(n, config.queries), None)
+        hops, bounds = docs.hops.astype(str).tolist(), np.cumsum(np.minimum(n, config.queries))
+        metas = [f'{{"n":{size},"hops":[{",".join(hops[b - m:b])}]}}'
+                 for size, m, b in zip(n.tolist(), np.minimum(n, config.queries).tolist(),
+                                       bounds.tolist())]
+        yield docs.items.unit_batch(tokens, metas)
+
+
+def records(config: DepoConfig, start: int, stop: int) -> Iterator[Record]:
+    for batch in batches(config, start, stop):
+        yield from batch_records(batch)
+
+
+def eval_sets(config: DepoConfig) -> dict[str, Callable[[], Iterator[dict]]]:
+    return {"depo_test": lambda: _rows(config)}
+
+
+def _rows(config: DepoConfig) -> Iterator[dict]:
+    """Test rows: a cycle of max_n words, one query of the row's k; eval_samples rows per k."""
+    names = np.array(vocabulary(config), dtype=object)
+    hops = np.repeat(config.tested_hops(), config.eval_samples)
+    for lo in range(0, len(hops), BATCH):
+        index = np.arange(lo, min(lo + BATCH, len(hops)))
+        keys = _test_keys(config, index)
+        drawn = cycles(config, keys, np.full(len(index), config.max_n))
+        docs = documents(config, drawn, np.ones(len(index), dtype=np.int64), hops[index])
+        words = config.lexicon.readable(drawn.words)
+        listed = docs.pairs  # the context's pairs, all rows back to back
+        edges = [list(pair) for pair in zip(config.lexicon.readable(drawn.words[listed]),
+                                            config.lexicon.readable(
+                                                drawn.words[drawn.ahead(listed, 1)]))]
+        spelled = docs.items.spell(_tokens(config))
+        bounds = spelled.offsets.tolist()
+        for i, row in enumerate(index.tolist()):
+            ids = spelled.ids[bounds[i]:bounds[i + 1]]
+            answer = int(spelled.loss[bounds[i]:bounds[i + 1]].sum()) - 1  # after "=>"
+            yield {"id": row, "prompt": ids[:-answer].tolist(), "answer": ids[-answer:].tolist(),
+                   "text": " ".join(names[ids].tolist()), "n": config.max_n,
+                   "k": int(docs.hops[i]), "query": words[docs.queries[i]],
+                   "edges": edges[drawn.offsets[i]:drawn.offsets[i + 1]]}
