@@ -56,7 +56,7 @@ def test_gen_never_imports_torch(tmp_path):
 
 
 @pytest.mark.parametrize("override, known", [
-    ("model.foo=1", "attention, bias, ctx, d_ff, d_model, dropout, init_std, mlp,"),
+    ("model.foo=1", "attention, bias, canon, canon_activation, canon_kernel, canon_residual, ctx,"),
     ("train.wandb.foo=1", "entity, group, mode, project, tags"),
     ("eval.qa.foo=1", "batch_size, max_people, splits"),
     ("corpus.foo=1", "celebrities, celebrity_variant, data_dir, family, inverse, inverse_qa,"),

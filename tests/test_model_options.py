@@ -138,7 +138,7 @@ def test_groups_of_encodings_and_block_options_are_read_from_yaml_and_overrides(
     with pytest.raises(ConfigError) as caught:
         model_config("rope: {thetta: 1}\n")
     assert (caught.value.key, caught.value.source) == ("model.rope.thetta", "exp.yaml")
-    assert "unknown key; known: theta" in caught.value.reason
+    assert "unknown key; known: fraction, theta" in caught.value.reason
     with pytest.raises(ConfigError, match=r"^command line: model.toy_bias.slope=-1.0: must be"):
         model_config("pos: toy_bias\n", ("toy_bias.slope=-1",))
     model_config("pos: rope\n", ("toy_bias.slope=-1",))  # an encoding not in use is not checked
@@ -191,7 +191,7 @@ def test_a_legacy_dict_upgrades_into_the_encodings_groups():
     legacy = {"n_layer": 2, "pos": "rope", "rope_theta": 500.0, "relative_buckets": 8,
               "relative_max_distance": 32, "dropout": 0.1}
     upgraded = upgrade_model_dict(legacy)
-    assert upgraded["rope"] == {"theta": 500.0}
+    assert upgraded["rope"] == {"theta": 500.0, "fraction": 1.0}
     assert upgraded["relative"] == upgraded["pos_only"] == {"buckets": 8, "max_distance": 32}
     assert not {"rope_theta", "relative_buckets", "relative_max_distance"} & set(upgraded)
     assert (upgraded["n_layer"], upgraded["d_model"], upgraded["dropout"]) == (2, 256, 0.1)

@@ -7,17 +7,18 @@ Three layouts map exactly:
   a model without biases exports zero biases, the same function);
 - gpt_neox: pos=rope, norm=layernorm, mlp=gelu (physlm's default, the papers' GPT_rot) ->
   GPTNeoXForCausalLM with sequential residuals (use_parallel_residual false: attention, then the
-  MLP on its output, as physlm's blocks), every channel rotated (rotary_pct 1), exact GELU,
+  MLP on its output, as physlm's blocks), rotary_pct = `rope.fraction` (NeoX's partial rotary
+  is physlm's: the first channels of each head rotate, paired within them), exact GELU,
   LayerNorm eps 1e-5; attention biases where physlm has them, the MLP's and norms' always
   (zeros where physlm has none);
 - llama: pos=rope, norm=rmsnorm, mlp=swiglu -> LlamaForCausalLM (RMSNorm eps 1e-5, as many
-  key/value heads as heads, biases where physlm has them).
+  key/value heads as heads, biases where physlm has them; every channel rotates).
 
 All with a tied or an untied head. Both HF rotary classes pair channel i with i + rotated/2, as
-physlm's Rotary does. Anything else (another encoding, another mix of norm and MLP, a block
-option turned on, a rope option besides theta) is refused in one line naming the fields at fault
-and what maps. Dropout is a training setting (physlm's RUN_TIME_KEYS), not part of the
-function: the exported configs carry 0.
+physlm's Rotary does. Anything else (another encoding, another mix of norm and MLP, Canon
+layers, a block option turned on, a rope option the layout has no key for) is refused in one
+line naming the fields at fault and what maps. Dropout is a training setting (physlm's
+RUN_TIME_KEYS), not part of the function: the exported configs carry 0.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ LAYOUTS = (GPT2, NEOX, LLAMA)
 WHAT_MAPS = ("export maps " + ", ".join(layout.describe() for layout in LAYOUTS[:-1])
              + f" and {LAYOUTS[-1].describe()}")
 BLOCK_KEYS = ("norm", "mlp")  # what sets layouts of one encoding apart
+ROPE_KEYS = {NEOX.name: ("theta", "fraction"), LLAMA.name: ("theta",)}  # the rope options mapped
 
 
 def layout_for(config: ModelConfig) -> Layout:
@@ -66,16 +68,20 @@ def layout_for(config: ModelConfig) -> Layout:
     if not same_pos:
         _refuse(f"model.pos={config.pos!r}")
     layout = _nearest(config, same_pos)
+    if config.canon:
+        _refuse(f"model.canon={config.canon!r} (Canon layers: no HF class has them)")
     switched_on = [f"model.{name}" for name, option in block_options().items()
                    if getattr(config, name, None) not in (None, option.options())]
     if switched_on:
         _refuse(f"{', '.join(switched_on)} (a block option, on)")
     if layout.pos == "rope":
+        mapped = ROPE_KEYS[layout.name]
         other = [f"model.rope.{f.name}={getattr(config.rope, f.name)!r}"
-                 for f in dataclasses.fields(config.rope) if f.name != "theta"
+                 for f in dataclasses.fields(config.rope) if f.name not in mapped
                  and getattr(config.rope, f.name) != getattr(RopeOptions(), f.name)]
-        if other:  # partial rotary (issue 23) and any later rope option: not mapped yet
-            _refuse(f"{', '.join(other)} (rope maps with theta alone)")
+        if other:  # Llama's rotary turns every channel; any later rope option: not mapped yet
+            _refuse(f"{', '.join(other)} ({layout.hf_class} maps rope with "
+                    f"{' and '.join(mapped)} alone)")
     return layout
 
 
@@ -117,9 +123,8 @@ def hf_config(config: ModelConfig, layout: Layout, eos_id: int, pad_id: int | No
         return common | shape | {
             "hidden_act": "gelu",  # exact, as F.gelu
             "layer_norm_eps": NORM_EPS, "use_parallel_residual": False,
-            # NeoX's own names (transformers 5 reads them into rope_parameters); every channel
-            # rotates: partial rotary (issue 23) maps its fraction here once layout_for takes it
-            "rotary_pct": 1.0, "rotary_emb_base": config.rope.theta,
+            # NeoX's own names (transformers 5 reads them into rope_parameters)
+            "rotary_pct": config.rope.fraction, "rotary_emb_base": config.rope.theta,
             "hidden_dropout": 0.0}
     return common | shape | {
         "num_key_value_heads": config.n_head, "head_dim": config.head_dim, "hidden_act": "silu",

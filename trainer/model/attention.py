@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import flex_attention as torch_flex
 
+from trainer.model.canon import CanonInputs, make_canon
 from trainer.model.config import ModelConfig
 from trainer.model.kv_cache import KVCache
 from trainer.model.positional import LayerBias, Positional
@@ -278,12 +279,16 @@ class CausalSelfAttention(nn.Module):
         self.resid_drop = nn.Dropout(config.dropout)
         # a bound method, not a submodule: GPT owns the positional module, registered once
         self.rotate = positional.rotate
+        self.canon_b = make_canon(config, "B")
 
     def forward(self, x: Tensor, pos: Tensor, mask: AttentionMask, cache: KVCache | None = None,
-                layer: int = 0) -> Tensor:
+                layer: int = 0, canon: CanonInputs | None = None) -> Tensor:
         batch, length, width = x.shape
+        qkv = linear_chunks(x, self.qkv, 3)  # each [B, T, C]
+        if self.canon_b is not None:  # before the rotation, as Part 4.1 places it
+            qkv = self.canon_b(qkv, canon, layer)
         q, k, v = (t.view(batch, length, self.n_head, -1).transpose(1, 2)  # each [B, H, T, Dh]
-                   for t in linear_chunks(x, self.qkv, 3))
+                   for t in qkv)
         q, k = self.rotate(q, k, pos, pos)
         if cache is not None:
             k, v = cache.update(layer, k, v)

@@ -22,6 +22,9 @@ from trainer.model.positional_options import RelativeOptions, RopeOptions
 from trainer.model.registry import block_options, encodings, option_groups
 
 NORMS = ("layernorm", "rmsnorm")
+CANON_SITES = "ABCD"
+CANON_KERNELS = (2, 3, 4)
+CANON_OPTIONS = ("canon_kernel", "canon_residual", "canon_activation")  # read only with a site
 MLPS = ("gelu", "swiglu")
 ATTENTION_BACKENDS = ("auto", "flash_attn", "flex", "sdpa", "math")
 # how the model runs, not the function its weights compute: free to change on resume
@@ -51,6 +54,13 @@ class ModelConfig:
     pos: str = "rope"
     attention: str = "auto"  # auto | flash_attn | flex | sdpa | math
     init_std: float = 0.02
+    # Part 4.1's Canon layers (canon.py): a causal depthwise convolution at each site named,
+    # A: the normed input before attention, B: q/k/v before the rotation, C: the normed input
+    # before the MLP, D: the MLP's pre-activation; "" is off: no parameters, no work
+    canon: str = ""
+    canon_kernel: int = 4  # tokens each convolution reads, the current one included
+    canon_residual: bool = True  # the site's input plus the convolution, not the convolution
+    canon_activation: bool = False  # SiLU after the convolution
     # the built-in encodings' options, each read only when that encoding is chosen
     rope: RopeOptions = field(default_factory=RopeOptions)
     relative: RelativeOptions = field(default_factory=RelativeOptions)
@@ -84,6 +94,10 @@ class ModelConfig:
         require(0 < self.init_std < math.inf, "init_std", self.init_std, "must be > 0 and finite")
         require(self.norm in NORMS, "norm", self.norm, f"must be one of {NORMS}")
         require(self.mlp in MLPS, "mlp", self.mlp, f"must be one of {MLPS}")
+        require(set(self.canon) <= set(CANON_SITES) and len(set(self.canon)) == len(self.canon),
+                "canon", self.canon, f"must be distinct letters of {CANON_SITES!r} (\"\": off)")
+        require(self.canon_kernel in CANON_KERNELS, "canon_kernel", self.canon_kernel,
+                f"must be one of {CANON_KERNELS}")
         known = encodings()
         require(self.pos in known, "pos", self.pos, f"must be one of {tuple(known)}")
         require(self.attention in ATTENTION_BACKENDS, "attention", self.attention,
@@ -167,12 +181,15 @@ def model_config_from_dict(saved: dict) -> ModelConfig:
 def model_difference(saved: dict, current: dict) -> tuple[str, object, object] | None:
     """The first key (dotted: `rope.theta`, `n_layer`) whose value differs between two saved
     model configs in what defines the function the weights compute, as (key, saved's value,
-    current's), or None when the weights fit both. Run-time keys and the options of encodings
-    not in use are not compared; both sides are upgraded first, so a group missing from an older
-    config compares at its defaults."""
+    current's), or None when the weights fit both. Run-time keys, the options of encodings
+    not in use and Canon's options while neither has a Canon site are not compared; both sides
+    are upgraded first, so a group or key missing from an older config compares at its
+    defaults (Canon off)."""
     saved, current = upgrade_model_dict(saved), upgrade_model_dict(current)
     ignored = set(RUN_TIME_KEYS) | {name for name in encodings()
                                     if name not in (saved["pos"], current["pos"])}
+    if not (saved["canon"] or current["canon"]):
+        ignored |= set(CANON_OPTIONS)
     flat_saved, flat_current = _dotted(saved, ignored), _dotted(current, ignored)
     for key in list(flat_saved) + [k for k in flat_current if k not in flat_saved]:
         if flat_saved.get(key) != flat_current.get(key):

@@ -1,7 +1,9 @@
 """The GPT stack: embeddings, pre-norm blocks, tied or untied head.
 
 A block runs the hooks of the block options that are on (registry.py: none by default, and then
-no parameters and no work) on its normed input before attention and before the MLP.
+no parameters and no work) on its normed input before attention and before the MLP, and the
+Canon layers of `model.canon` at their sites (canon.py; none by default, and then no parameters
+and no work).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from trainer.model.attention import (
     linear_chunks,
     pick_backend,
 )
+from trainer.model.canon import CanonInputs, canon_inputs, make_canon
 from trainer.model.config import ModelConfig, complete
 from trainer.model.kv_cache import KVCache
 from trainer.model.positional import Positional
@@ -38,9 +41,13 @@ class MLP(nn.Module):
         self.fc = nn.Linear(config.d_model, config.ffn_dim, bias=config.bias)
         self.proj = nn.Linear(config.ffn_dim, config.d_model, bias=config.bias)
         self.drop = nn.Dropout(config.dropout)
+        self.canon_d = make_canon(config, "D")
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+    def forward(self, x: Tensor, canon: CanonInputs | None = None, layer: int = 0) -> Tensor:
+        h = self.fc(x)  # [B, T, F]
+        if self.canon_d is not None:
+            (h,) = self.canon_d([h], canon, layer)
+        return self.drop(self.proj(F.gelu(h)))
 
 
 class SwiGLU(nn.Module):
@@ -51,9 +58,12 @@ class SwiGLU(nn.Module):
         self.fc = nn.Linear(config.d_model, 2 * config.ffn_dim, bias=config.bias)
         self.proj = nn.Linear(config.ffn_dim, config.d_model, bias=config.bias)
         self.drop = nn.Dropout(config.dropout)
+        self.canon_d = make_canon(config, "D")
 
-    def forward(self, x: Tensor) -> Tensor:
-        gate, up = linear_chunks(x, self.fc, 2)
+    def forward(self, x: Tensor, canon: CanonInputs | None = None, layer: int = 0) -> Tensor:
+        gate, up = linear_chunks(x, self.fc, 2)  # each [B, T, F]
+        if self.canon_d is not None:
+            gate, up = self.canon_d([gate, up], canon, layer)
         return self.drop(self.proj(F.silu(gate) * up))
 
 
@@ -64,8 +74,7 @@ class BlockHook(nn.Module):
     cache, where an option keeps what it needs across steps (`cache.state`) under its layer.
     GPT's init redraws a hook's nn.Linear and nn.Embedding weights like every other; a weight
     the option sets up itself is best an nn.Parameter or another module. These are the points
-    Part 4.1 calls Canon-A and Canon-C; its B (on the projected q, k, v) and D (inside the MLP)
-    are not hook points yet."""
+    where Part 4.1's Canon-A and Canon-C run (built in: `model.canon`, canon.py)."""
 
     def before_attention(self, x: Tensor, pos: Tensor, doc: Tensor | None,
                          cache: KVCache | None, layer: int) -> Tensor:
@@ -90,17 +99,22 @@ class Block(nn.Module):
         self.norm2 = make_norm(config)
         self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
         self.hooks = nn.ModuleDict(block_hooks(config, layer))  # empty: no parameters
+        self.canon_a, self.canon_c = make_canon(config, "A"), make_canon(config, "C")
 
     def forward(self, x: Tensor, pos: Tensor, doc: Tensor | None, mask: AttentionMask,
-                cache: KVCache | None, layer: int) -> Tensor:
+                cache: KVCache | None, layer: int, canon: CanonInputs | None = None) -> Tensor:
         h = self.norm1(x)
+        if self.canon_a is not None:
+            (h,) = self.canon_a([h], canon, layer)
         for hook in self.hooks.values():
             h = hook.before_attention(h, pos, doc, cache, layer)
-        x = x + self.attn(h, pos, mask, cache, layer)
+        x = x + self.attn(h, pos, mask, cache, layer, canon)
         h = self.norm2(x)
+        if self.canon_c is not None:
+            (h,) = self.canon_c([h], canon, layer)
         for hook in self.hooks.values():
             h = hook.before_mlp(h, pos, doc, cache, layer)
-        return x + self.mlp(h)
+        return x + self.mlp(h, canon, layer)
 
 
 class GPT(nn.Module):
@@ -164,9 +178,12 @@ class GPT(nn.Module):
                                grad=torch.is_grad_enabled(),
                                dropout=self.config.dropout if self.training else 0.0)
         mask = build_mask(backend, self.positional, pos, k_pos, doc_ids, k_doc, compute_dtype(x))
+        canon = None
+        if self.config.canon:  # shared by every site of every layer
+            canon = canon_inputs(self.config.canon_kernel, input_ids.shape[0], doc_ids, cache)
 
         for layer, block in enumerate(self.blocks):
-            x = block(x, pos, doc_ids, mask, cache, layer)
+            x = block(x, pos, doc_ids, mask, cache, layer, canon)
         if last_only:
             x = x[:, -1:]
         return self.lm_head(self.norm(x)).float()

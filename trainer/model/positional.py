@@ -86,7 +86,9 @@ class Learned(Positional):
 class Rotary(Positional):
     """RoPE (Su et al.): rotate each pair of query/key channels by position x frequency.
 
-    Channels are paired as (i, i + head_dim/2). Frequencies are computed in fp32 from the
+    Channels are paired as (i, i + rotated/2), where the first `rotated` channels of each head
+    rotate (all of them unless `rope.fraction` < 1: GPT-NeoX's partial rotary, whose other
+    channels carry no position). Frequencies are computed in fp32 from the
     positions rather than stored, so casting the model to bf16 cannot round them; the cos and
     sin of the last positions seen are kept, since every layer (and q and k) rotates by the same
     position tensor in a forward pass. Under torch.compile they are computed where used (a
@@ -96,12 +98,12 @@ class Rotary(Positional):
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
-        self.head_dim = config.head_dim
+        self.rotated = config.rope.rotated(config.head_dim)
         self.theta = config.rope.theta
         self._angles: tuple[Tensor, Tensor, Tensor] | None = None  # (pos, cos, sin)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self._rotate(q, *self._cos_sin(q_pos)), self._rotate(k, *self._cos_sin(k_pos))
+        return self._turn(q, *self._cos_sin(q_pos)), self._turn(k, *self._cos_sin(k_pos))
 
     def _cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         if torch.compiler.is_compiling():
@@ -111,11 +113,17 @@ class Rotary(Positional):
         return self._angles[1], self._angles[2]
 
     def _angles_of(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin of position x frequency, each [B, 1, T, head_dim/2] in fp32."""
-        half = self.head_dim // 2
+        """cos and sin of position x frequency, each [B, 1, T, rotated/2] in fp32."""
+        half = self.rotated // 2
         freq = self.theta ** (-torch.arange(half, device=pos.device, dtype=torch.float32) / half)
         angle = pos[:, None, :, None].float() * freq
         return angle.cos(), angle.sin()
+
+    def _turn(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        if self.rotated == x.shape[-1]:
+            return self._rotate(x, cos, sin)
+        turned, kept = x.split((self.rotated, x.shape[-1] - self.rotated), dim=-1)
+        return torch.cat((self._rotate(turned, cos, sin), kept), dim=-1)
 
     @staticmethod
     def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -20,12 +20,26 @@ if TYPE_CHECKING:
 
 @dataclass
 class RopeOptions:
-    theta: float = 10000.0  # the base of the rotation frequencies theta^(-i / (head_dim / 2))
+    theta: float = 10000.0  # the base of the rotation frequencies theta^(-i / (rotated / 2))
+    # partial rotary (GPT-NeoX's rotary_pct): the first fraction of each head's channels rotate,
+    # the rest pass unchanged; Part 4.1's Canon models rotate a quarter
+    fraction: float = 1.0
 
     def validate(self, config: ModelConfig) -> None:
-        require(config.head_dim % 2 == 0, "d_model", config.d_model,
-                f"rope needs an even head dim; d_model / n_head = {config.head_dim}")
+        require(0 < self.fraction <= 1, "fraction", self.fraction, "must be in (0, 1]")
+        if self.fraction == 1:
+            require(config.head_dim % 2 == 0, "d_model", config.d_model,
+                    f"rope needs an even head dim; d_model / n_head = {config.head_dim}")
+        else:
+            rotated = config.head_dim * self.fraction
+            require(rotated == round(rotated) and rotated >= 2 and round(rotated) % 2 == 0,
+                    "fraction", self.fraction, f"must rotate an even number >= 2 of the "
+                    f"head's {config.head_dim} channels, not {rotated:g}")
         require(0 < self.theta < math.inf, "theta", self.theta, "must be > 0 and finite")
+
+    def rotated(self, head_dim: int) -> int:
+        """How many of a head's channels rotate."""
+        return round(head_dim * self.fraction)
 
 
 @dataclass

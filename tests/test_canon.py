@@ -1,0 +1,251 @@
+"""Canon layers (`model.canon`): each site's convolution is the explicit sum over shifted inputs,
+sits where Part 4.1 places it, never reads a later token, another packed document or the
+sequence's start, decodes through the KV cache as it runs in full, trains, and leaves models
+without it (and their checkpoints) as they were; bad keys are refused naming them."""
+
+import json
+from dataclasses import asdict
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from launch.cli import main
+from tests.conftest import ROOT
+from tests.test_model import decode_in_chunks, packed_batch
+from trainer import checkpoint
+from trainer.checkpoint import checkpoint_weights, load_weights
+from trainer.engine import train
+from trainer.errors import TrainError
+from trainer.model import GPT, ModelConfig
+from trainer.model.canon import Canon, ShiftedSum, canon_inputs, canon_sites
+from trainer.model.config import model_config_from_dict
+from trainer.model.errors import ModelConfigError
+from trainer.model.positional_options import RopeOptions
+
+VOCAB = 61
+LEGACY_CHECKPOINT = ROOT / "tests/golden/legacy_run/checkpoints/step-000004"
+
+
+def build(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    config = {"n_layer": 2, "n_head": 4, "d_model": 64, "vocab_size": VOCAB, "ctx": 64,
+              "init_std": 0.1, **overrides}
+    return GPT(ModelConfig(**config)).eval()
+
+
+def explicit(x, weight, doc, residual, activation):
+    """y_t = [x_t] + act(sum_j w[K-1-j] x_(t-j)) over the earlier tokens of t's document, one
+    token and one tap at a time."""
+    batch, length, width = x.shape
+    kernel = weight.shape[-1]
+    y = torch.zeros_like(x)
+    for b in range(batch):
+        for t in range(length):
+            total = torch.zeros(width)
+            for j in range(kernel):
+                if t - j >= 0 and doc[b, t - j] == doc[b, t]:
+                    total += weight[:, 0, kernel - 1 - j] * x[b, t - j]
+            y[b, t] = (F.silu(total) if activation else total) + (x[b, t] if residual else 0)
+    return y
+
+
+@pytest.mark.parametrize("activation", [False, True], ids=["linear", "silu"])
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "no-residual"])
+@pytest.mark.parametrize("kernel", [2, 3, 4])
+def test_each_site_is_the_sum_over_shifted_inputs_within_each_document(kernel, residual,
+                                                                       activation):
+    config = ModelConfig(d_model=8, n_head=2, mlp="swiglu", d_ff=8, canon="ABCD",
+                         canon_kernel=kernel, canon_residual=residual,
+                         canon_activation=activation)
+    assert canon_sites(config) == {"A": 8, "B": 24, "C": 8, "D": 16}
+    docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 0, 0, 0, 0, 0, 0, 1, 1]])
+    torch.manual_seed(0)
+    for site, width in canon_sites(config).items():
+        canon = Canon(width, config, site.lower())
+        x = torch.randn(2, 9, width)
+        parts = list(x.split([width // 3] * 3 if site == "B" else [width], dim=-1))
+        for doc in (docs, None):  # None: one document per row
+            truth = explicit(x, canon.weight.detach(), torch.zeros_like(docs)
+                             if doc is None else docs, residual, activation)
+            got = torch.cat(canon(parts, canon_inputs(kernel, 2, doc, None), 0), dim=-1)
+            assert (got - truth).abs().max() < 1e-5, (site, doc is None)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-doc"])
+@pytest.mark.parametrize("kernel", [2, 4])
+def test_the_hand_written_backward_is_the_gradient_of_the_forward(kernel, packed):
+    docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 1, 1, 1, 1, 1, 1, 2, 2]])
+    inputs = canon_inputs(kernel, 2, docs if packed else None, None)
+    torch.manual_seed(0)
+    x = torch.randn(2, 9, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, kernel, dtype=torch.float64, requires_grad=True)
+    for extra in (0.0, 1.0):
+        assert torch.autograd.gradcheck(
+            lambda x, w, extra=extra: ShiftedSum.apply(x, w, inputs.crossing, extra), (x, w))
+
+
+def test_the_convolution_starts_as_pytorchs_conv1d_and_gpt_init_leaves_it():
+    model = build(canon="ABCD")
+    weights = {n: p for n, p in model.named_parameters() if "canon" in n}
+    assert sorted(weights) == sorted(f"blocks.{i}.{site}.weight" for i in range(2) for site in
+                                     ("canon_a", "attn.canon_b", "canon_c", "mlp.canon_d"))
+    for weight in weights.values():  # kaiming_uniform(a=sqrt(5)): U(-1/sqrt(K), 1/sqrt(K))
+        assert weight.abs().max() <= 0.5 and weight.std() > 0.2
+    assert all(m.bias is None for m in model.modules() if isinstance(m, Canon))
+
+
+@pytest.mark.parametrize("mlp, d_ff", [("gelu", 4 * 64), ("swiglu", 2 * 192)])
+@pytest.mark.parametrize("kernel", [2, 4])
+def test_each_site_adds_its_width_times_kernel_parameters_per_layer(mlp, d_ff, kernel):
+    off = build(mlp=mlp).num_parameters()
+    widths = {"A": 64, "B": 3 * 64, "C": 64, "D": d_ff}
+    for site, width in widths.items():
+        model = build(mlp=mlp, canon=site, canon_kernel=kernel)
+        assert model.num_parameters() - off == 2 * width * kernel, site
+    assert build(mlp=mlp, canon="ABCD", canon_kernel=kernel).num_parameters() - off == (
+        2 * kernel * sum(widths.values()))
+
+
+@pytest.mark.parametrize("site, scaled", [("A", "norm1.weight"), ("B", "attn.qkv.weight"),
+                                          ("C", "norm2.weight"), ("D", "mlp.fc.weight")])
+@pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
+def test_each_site_convolves_what_part_41_names(site, scaled, mlp):
+    """A convolution that only scales the current token by 1 + c (every other tap 0) is the
+    model without Canon with its site's input scaled: the normed input before attention (A),
+    q, k and v (B), the normed input before the MLP (C), the MLP's pre-activation (D)."""
+    model = build(canon=site, mlp=mlp, norm="rmsnorm")
+    plain = build(mlp=mlp, norm="rmsnorm")
+    plain.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        for layer, c in enumerate((0.5, -0.3)):
+            canon = next(m for m in model.blocks[layer].modules() if isinstance(m, Canon))
+            canon.weight.zero_()
+            canon.weight[:, 0, -1] = c
+            plain.get_parameter(f"blocks.{layer}.{scaled}").mul_(1 + c)
+    ids, positions, docs = packed_batch()
+    assert (model(ids, positions, docs) - plain(ids, positions, docs)).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("pos", ["none", "rope"])
+def test_no_token_reads_a_later_token_or_another_packed_document(pos):
+    model = build(canon="ABCD", pos=pos)
+    ids, positions, docs = packed_batch()
+    full = model(ids, positions, docs)
+    changed = ids.clone()
+    changed[:, 12:] = (changed[:, 12:] + 1) % VOCAB
+    assert (model(changed, positions, docs)[:, :12] - full[:, :12]).abs().max() == 0
+    assert (model(changed, positions, docs)[:, 12:] - full[:, 12:]).abs().max() > 1e-3
+    # row 0 packs documents [0, 6), [6, 15), [15, 20); row 1 [0, 12), [12, 20)
+    for row, start, end in ((0, 0, 6), (0, 6, 15), (0, 15, 20), (1, 12, 20)):
+        alone = model(ids[row:row + 1, start:end])
+        assert (full[row:row + 1, start:end] - alone).abs().max() < 1e-5
+
+
+CACHED = {"nope": {"pos": "none"},
+          "rope-quarter": {"pos": "rope", "rope": RopeOptions(fraction=0.25)},
+          "swiglu-silu-k3": {"pos": "rope", "mlp": "swiglu", "canon_kernel": 3,
+                             "canon_activation": True}}
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["one-doc", "packed"])
+@pytest.mark.parametrize("shape", list(CACHED))
+def test_decoding_through_the_kv_cache_equals_the_full_forward(shape, packed):
+    model = build(canon="ABCD", **CACHED[shape])
+    ids, positions, docs = packed_batch()
+    if not packed:
+        positions = docs = None
+    full = model(ids, positions, docs)
+    for bounds in ([0, *range(1, 21)], [0, 5, 6, 7, 10, *range(11, 21)]):  # steps; prefills
+        cached = decode_in_chunks(model, ids, positions, docs, bounds)
+        assert (cached - full).abs().max() < 1e-4
+
+
+def test_a_model_without_canon_keeps_its_keys_and_a_legacy_checkpoint_loads():
+    off = build()
+    assert not [name for name in off.state_dict() if "canon" in name]
+    assert not any(isinstance(m, Canon) for m in off.modules())
+    config, state = checkpoint_weights(LEGACY_CHECKPOINT)  # strict load into today's GPT
+    assert config.canon == "" and "canon" not in load_weights(
+        LEGACY_CHECKPOINT / "weights.pt")["model_config"]
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"canon": "ABE"}, "canon"), ({"canon": "AA"}, "canon"), ({"canon": "abcd"}, "canon"),
+    ({"canon_kernel": 1}, "canon_kernel"), ({"canon_kernel": 5}, "canon_kernel"),
+    ({"rope": RopeOptions(fraction=0.0)}, "rope.fraction"),
+    ({"rope": RopeOptions(fraction=1.5)}, "rope.fraction"),
+    ({"rope": RopeOptions(fraction=0.1)}, "rope.fraction"),  # 1.6 of 16 channels
+    ({"rope": RopeOptions(fraction=0.1875)}, "rope.fraction"),  # 3: odd
+])
+def test_bad_canon_and_rope_keys_are_refused_naming_them(overrides, key):
+    with pytest.raises(ModelConfigError) as caught:
+        ModelConfig(d_model=64, n_head=4, **overrides).validate()
+    assert caught.value.key == key
+    assert f"{key}=" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_physlm_train_refuses_a_bad_canon_letter_in_one_line(capsys):
+    assert main(["train", str(ROOT / "configs/experiment/quickstart.yaml"),
+                 "model.canon=ABX"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.canon='ABX': must be distinct letters" in err
+
+
+def test_resuming_across_canon_is_refused_naming_it():
+    without, with_canon = asdict(ModelConfig()), asdict(ModelConfig(canon="AC"))
+    meta = {"tokenizer_sha256": "t", "model_config": without}
+    assert checkpoint.incompatibility(meta, with_canon, "t") == ("model.canon", "", "AC")
+    meta["model_config"] = with_canon
+    assert checkpoint.incompatibility(meta, without, "t") == ("model.canon", "AC", "")
+    # Canon's options matter only where a site is on; a config saved before them fits
+    legacy = {k: v for k, v in without.items() if not k.startswith("canon")}
+    meta["model_config"] = legacy
+    assert checkpoint.incompatibility(meta, without | {"canon_kernel": 2}, "t") is None
+    meta["model_config"] = with_canon
+    assert checkpoint.incompatibility(meta, with_canon | {"canon_kernel": 2}, "t") == (
+        "model.canon_kernel", 4, 2)
+
+
+def _losses(run):
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [row["loss"] for row in rows if "loss" in row]
+
+
+TRAIN = ("train.lr=0.01", "train.warmup_steps=1", "train.log_every=1")
+
+
+def test_a_canon_run_trains_and_init_from_a_run_without_canon_keeps_its_weights(
+        train_corpus, tiny_experiment, tmp_path):
+    canon_run = tmp_path / "canon"
+    train(tiny_experiment("model.canon=ABCD", "model.pos=none", "train.max_steps=25",
+                          "train.ckpt_every=25", *TRAIN), canon_run, train_corpus)
+    losses = _losses(canon_run)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    assert any("canon_b" in name for name in load_weights(
+        canon_run / "checkpoints/step-000025/weights.pt")["state_dict"])
+
+    parent = tmp_path / "parent"
+    train(tiny_experiment("train.max_steps=3", "train.ckpt_every=3", *TRAIN), parent,
+          train_corpus)
+    child = tmp_path / "child"
+    # a vanishing learning rate: one step leaves the weights where they started
+    train(tiny_experiment("model.canon=AC", "train.max_steps=1", "train.ckpt_every=1",
+                          "train.lr=1e-12", "train.warmup_steps=0",
+                          f"train.init_from={parent}"), child, train_corpus)
+    trained = load_weights(parent / "checkpoints/step-000003/weights.pt")["state_dict"]
+    started = load_weights(child / "checkpoints/step-000001/weights.pt")["state_dict"]
+    fresh = {name: tensor for name, tensor in started.items() if name not in trained}
+    assert sorted(fresh) == [f"blocks.{i}.canon_{s}.weight" for i in range(2) for s in "ac"]
+    assert all(torch.allclose(started[name], trained[name], atol=1e-6) for name in trained)
+    torch.manual_seed(0)  # the run's seed: its own initialization, which the parent lacks
+    initial = GPT(model_config_from_dict(load_weights(
+        child / "checkpoints/step-000001/weights.pt")["model_config"])).state_dict()
+    assert all(torch.allclose(fresh[name], initial[name], atol=1e-6) for name in fresh)
+
+    with pytest.raises(TrainError, match=r"the parent has model.canon='ABCD', this experiment ''"):
+        train(tiny_experiment("model.pos=none", f"train.init_from={canon_run}"),
+              tmp_path / "reverse", train_corpus)
+    with pytest.raises(TrainError, match=r"the parent has model.n_layer=2, this experiment 3"):
+        train(tiny_experiment("model.canon=AC", "model.n_layer=3",
+                              f"train.init_from={parent}"), tmp_path / "other", train_corpus)
