@@ -1,0 +1,119 @@
+"""What the Part 4.1 evaluation tests (depo, brevo, mano) share: a planted model that answers a
+prompt by a rule the test gives, and a corpus of nothing but a fixed vocabulary and one eval
+set written in the contract's row format."""
+
+import functools
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from corpus_gen.core.vocabulary import Vocabulary
+from tests.conftest import record_eval_set
+from trainer.eval.registry import EvalContext
+from trainer.model import ModelConfig
+
+
+class AnswerModel(nn.Module):
+    """A planted model: after a prompt ending with the answer marker, it emits `respond(prompt)`
+    (token ids) then EOS, one token per step, greedy; before the marker (pads, the prompt
+    itself) its logits are flat. `respond` sees only the prompt's ids.
+
+    It has what generation.py uses of a GPT (config sizes the KV cache, positional.max_positions,
+    tok_emb.weight, forward(ids, pos, doc, cache, last_only)) and, like a transformer, sees a
+    row's earlier tokens only through what it cached: one "key" per token, the token id.
+    """
+
+    def __init__(self, vocab: Vocabulary, marker: str, respond: Callable[[list[int]], list[int]],
+                 max_positions: int | None = None):
+        super().__init__()
+        self.config = ModelConfig(n_layer=1, n_head=1, d_model=1, vocab_size=vocab.vocab_size)
+        self.tok_emb = nn.Embedding(vocab.vocab_size, 1)
+        self.positional = SimpleNamespace(max_positions=max_positions)
+        self.marker, self.eos = vocab.token_id(marker), vocab.eos_id
+        self.respond = functools.cache(lambda prompt: list(respond(list(prompt))))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                doc_ids: torch.Tensor | None = None, cache=None,
+                last_only: bool = False) -> torch.Tensor:
+        tokens, doc = input_ids, torch.ones_like(input_ids) if doc_ids is None else doc_ids
+        if cache is not None:
+            _, doc = cache.extend(position_ids, doc)
+            keys = input_ids[:, None, :, None].to(cache.k.dtype)
+            tokens = cache.update(0, keys, keys)[0][:, 0, :, 0].long()
+        batch, new = input_ids.shape
+        seen = tokens.shape[1] - new
+        wanted = [seen + new - 1] if last_only else list(range(seen, seen + new))
+        logits = torch.zeros(batch, len(wanted), self.config.vocab_size)
+        for b in range(batch):
+            for j, t in enumerate(wanted):
+                context = tokens[b, : t + 1][doc[b, : t + 1] == doc[b, t]].tolist()
+                if self.marker not in context:
+                    continue
+                end = len(context) - context[::-1].index(self.marker)
+                reply = [*self.respond(tuple(context[:end])), self.eos]
+                emitted = len(context) - end
+                logits[b, j, reply[emitted] if emitted < len(reply) else self.eos] = 1.0
+        return logits
+
+
+def lookup(rows: list[dict]) -> Callable[[list[int]], list[int]]:
+    """The oracle's rule: each row's answer, read off its prompt."""
+    answers = {tuple(row["prompt"]): row["answer"] for row in rows}
+    return lambda prompt: answers[tuple(prompt)]
+
+
+def prompt_random(prompt: list[int]) -> random.Random:
+    """A generator seeded by the prompt: a planted model's 'random' choice is a function of what
+    it reads, as greedy decoding needs."""
+    return random.Random(json.dumps(prompt))
+
+
+def write_set(root: Path, vocab: Vocabulary, name: str, rows: list[dict]) -> Path:
+    """A corpus holding `eval/<name>.jsonl` (each row gets its `text` from its ids) as physlm gen
+    records it in the manifest."""
+    (root / "eval").mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({**row, "text": vocab.decode(row["prompt"] + row["answer"])})
+             for row in rows]
+    (root / "eval" / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))
+    record_eval_set(root, name)
+    return root
+
+
+def context_for(model: nn.Module, vocab: Vocabulary, corpus: Path, run_dir: Path) -> EvalContext:
+    return EvalContext(model, vocab, corpus, run_dir, torch.device("cpu"))
+
+
+def train_and_evaluate(tmp_path: Path, corpus_yaml: str, overrides: list[str], task: str,
+                       ctx: int) -> tuple[dict, dict]:
+    """`physlm gen` of a shipped corpus config (sized by `overrides`), a few training steps of a
+    tiny GPT, then `physlm eval` of `task`: the saved results and the run's report metrics."""
+    from corpus_gen.core.config import load_config
+    from corpus_gen.core.generate import generate_corpus
+    from corpus_gen.core.registry import schemas
+    from launch.report import flatten
+    from tests.conftest import ROOT
+    from trainer.config import load_experiment
+    from trainer.engine import train
+    from trainer.eval.runner import evaluate
+
+    corpus = tmp_path / "corpus"
+    config = load_config(ROOT / "configs" / "corpus" / corpus_yaml, overrides, schemas())
+    generate_corpus(config, corpus, progress=False, log=lambda *_: None)
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"name: t\nmodel:\n  n_layer: 1\n  n_head: 2\n  d_model: 32\n"
+                    f"train:\n  ctx: {ctx}\n  micro_batch: 2\n  lr: 0.003\n  warmup_steps: 1\n"
+                    f"  max_steps: 2\n  ckpt_every: 2\n  log_every: 1\n"
+                    f"  wandb:\n    mode: disabled\neval: {task}\n")
+    run_dir = tmp_path / "run"
+    train(load_experiment(path, []), run_dir, corpus)
+    results = evaluate(run_dir, [task])[task]
+    saved = json.loads((run_dir / "eval" / f"{task}.json").read_text())
+    assert saved == json.loads(json.dumps(results)) and saved["step"] == 2
+    assert (run_dir / "eval" / f"{task}.png").stat().st_size > 0
+    assert (run_dir / "eval" / f"{task}_generations.jsonl").is_file()
+    return saved, flatten({k: v for k, v in saved.items() if k not in ("run", "step")}, task)
