@@ -25,7 +25,7 @@ from corpus_gen.core.manifest import manifest_entries
 from corpus_gen.core.registry import schemas
 
 GOLDEN = Path(__file__).parent / "golden" / "generators.json"
-SMALL = ["tokenizer.vocab_size=800", "tokenizer.sample_records=300", "records_per_shard=150"]
+SMALL = ["tokenizer.vocab_size=800", "tokenizer.sample_records=300"]
 CONFIGS = {  # family -> name -> overrides
     "bios": {
         "single": ["people=200"],
@@ -45,13 +45,33 @@ CONFIGS = {  # family -> name -> overrides
         "random_grammar": ["grammar=random", "random.sizes=[1,2,3,2]", "random.rules=[2,3]",
                            "samples=300", "eval_samples=10", "tokenizer.vocab_size=300"],
     },
+    # fixed vocabularies: no tokenizer options (SMALL is not added)
+    "depo": {
+        "one_token_words": ["max_n=20", "max_k=4", "mini_vocab=24", "min_len=1", "max_len=1",
+                            "samples=300", "eval_samples=5"],
+        "long_words": ["max_n=20", "max_k=8", "mini_vocab=3", "min_len=3", "max_len=5",
+                       "samples=300", "eval_samples=5"],
+    },
+    "brevo": {
+        "single_token": ["max_n=20", "mini_vocab=20", "min_len=1", "max_len=1", "samples=300",
+                         "eval_samples=5"],
+        "words_query_last": ["max_n=20", "mini_vocab=4", "min_len=2", "max_len=3",
+                             "query=last", "samples=300", "eval_samples=5"],
+    },
+    "mano": {
+        "asm": ["max_ops=6", "samples=300", "eval_samples=5"],
+        "with_division": ["max_ops=4", "ops=+-*/", "samples=300", "eval_samples=5"],
+    },
 }
+FIXED_VOCABULARY = ("depo", "brevo", "mano")
 
 
 def _digest(family: str, overrides: list[str], tmp_path: Path) -> tuple[str, str]:
     """(generator version, sha256 over the names and sha256s of every file the corpus holds)."""
     (tmp_path / "c.yaml").write_text(f"family: {family}\n")
-    config = load_config(tmp_path / "c.yaml", SMALL + overrides, schemas())
+    small = [] if family in FIXED_VOCABULARY else SMALL
+    config = load_config(tmp_path / "c.yaml", small + overrides + ["records_per_shard=150"],
+                         schemas())
     manifest = generate_corpus(config, tmp_path / "corpus", progress=False, log=lambda *_: None)
     lines = sorted(f"{entry['name']} {entry['sha256']}" for entry in manifest_entries(manifest))
     return generator_version(config), hashlib.sha256("\n".join(lines).encode()).hexdigest()
