@@ -287,15 +287,17 @@ def _export(args: argparse.Namespace) -> int:
 
 def _summary_table(name: str, result: dict) -> str:
     """A task's headline numbers, as `physlm report` picks them: each rate outside the
-    breakdowns, by its split (or set) and its path below it (`plain/accuracy`)."""
+    breakdowns, by its split (or set) and its path below it (`plain/accuracy`); a task whose
+    results have no splits (`depo/accuracy`) shows them under `all`."""
     from launch.report import BOOKKEEPING, flatten, format_metric, is_headline, with_no_data
 
     lines = [f"\n{name} (step {result.get('step')})", "| split | metric | value |", "|---|---|---|"]
     metrics = with_no_data(flatten({k: v for k, v in result.items() if k not in BOOKKEEPING},
                                    name))
     for metric, value in metrics.items():
-        _, split, *rest = metric.split("/")
-        if rest and is_headline(metric, value):
+        _, *path = metric.split("/")
+        split, rest = (path[0], path[1:]) if len(path) > 1 else ("all", path)
+        if is_headline(metric, value):
             lines.append(f"| {split} | {'/'.join(rest)} | {format_metric(metrics, metric, '')} |")
     return "\n".join(lines)
 

@@ -133,7 +133,16 @@ def test_the_summary_table_shows_nested_rates_and_leaves_out_counts_and_breakdow
         "test": {"cot": {"accuracy": 0.75, "n": 8,
                          "per_question": {"even_year": {"accuracy": 1.0}}}}})
     assert table.splitlines()[1:] == ["manipulation (step 5)", "| split | metric | value |",
-                                      "|---|---|---|", "| test | cot/accuracy | 0.750 |"]
+                                      "|---|---|---|", "| all | chance | 0.500 |",
+                                      "| test | cot/accuracy | 0.750 |"]
+
+
+def test_the_summary_table_shows_a_task_without_splits_under_all():
+    from launch.cli import _summary_table
+
+    table = _summary_table("mano", {"step": 5, "run": "r", "accuracy": 0.25, "n": 8,
+                                    "length": 2, "per_ops": {"1": {"accuracy": 1.0, "n": 4}}})
+    assert table.splitlines()[4:] == ["| all | accuracy | 0.250 |"]
 
 
 def test_a_filesystem_refusal_is_one_line_naming_the_file_and_keeps_finished_files(

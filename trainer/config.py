@@ -95,7 +95,9 @@ class TrainConfig:
     # the directory's previous run, start over
     resume: str = "auto"
     # a run directory (its latest checkpoint) or a checkpoint whose weights this run starts
-    # from: finetuning (same model shape and tokenizer; optimizer and schedule start anew)
+    # from: finetuning (same model shape and tokenizer, except that a parent without Canon
+    # layers may start a model that adds them: trainer/finetune.py; optimizer and schedule
+    # start anew)
     init_from: str | None = None
     lora: LoraOptions = field(default_factory=LoraOptions)  # rank > 0: LoRA finetuning
     wandb: WandbConfig = field(default_factory=WandbConfig)
