@@ -9,39 +9,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from corpus_gen.brevo import dag
 from corpus_gen.brevo import family as brevo
-from corpus_gen.core.config import corpus_config
+from corpus_gen.core import word_tasks
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
-from corpus_gen.core.registry import get_family, schemas
+from corpus_gen.core.registry import get_family
 from corpus_gen.core.shards import read_shard
-from corpus_gen.core.words import is_word_end, split_words
-from corpus_gen.depo import draws
+from corpus_gen.core.words import is_word_end
 from launch.cli import main
+from tests.integer_task_corpus import eval_rows, family_config, readable_words, training_records
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _config(*overrides: str):
-    given = OmegaConf.from_dotlist(["family=brevo", *overrides])
-    return corpus_config([(given, "test")], schemas())
+    return family_config("brevo", *overrides)
 
 
-def _records(config, start: int, stop: int) -> list:
-    return list(get_family("brevo").records(config, start, stop))
 
-
-def _rows(config) -> list[dict]:
-    return list(get_family("brevo").eval_sets(config)["brevo_test"]())
-
-
-def _words(names: list[str]) -> list[str]:
-    words, rest = split_words(names)
-    assert rest == ()
-    return [" ".join(word) for word in words]
 
 
 def _parse(text: str) -> tuple[list[tuple[str, str]], str, list[str]]:
@@ -49,9 +36,9 @@ def _parse(text: str) -> tuple[list[tuple[str, str]], str, list[str]]:
     names = text.split(" ")
     assert names[0] == "<bos>"
     ask, arrow = names.index("?"), names.index("=>")
-    context = _words(names[1:ask])
-    [query] = _words(names[ask + 1:arrow])
-    return list(zip(context[::2], context[1::2])), query, _words(names[arrow + 1:])
+    context = readable_words(names[1:ask])
+    [query] = readable_words(names[ask + 1:arrow])
+    return list(zip(context[::2], context[1::2])), query, readable_words(names[arrow + 1:])
 
 
 def _parents(edges: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -109,7 +96,7 @@ def test_the_vocabulary_names_each_token_once_in_a_fixed_order():
                                    ["mini_vocab=3", "min_len=2", "max_len=4"]])
 def test_each_answer_is_the_ancestor_set_in_a_topological_order(words):
     config = _config("max_n=12", *words, "eval_samples=2")
-    for record in _records(config, 0, 1500):
+    for record in training_records(config, 0, 1500):
         edges, query, answer = _parse(record.text)
         parents = _check_graph(edges, record.meta["n"])
         _check_answer(parents, query, answer)
@@ -137,7 +124,7 @@ def test_graphs_follow_the_official_process():
 
     rng = random.Random(0)
     reference = [official(rng) for _ in range(6000)]
-    keys = draws.doc_keys(5, np.arange(6000), np.zeros(6000, dtype=np.int64))
+    keys = word_tasks.doc_keys(5, np.arange(6000), np.zeros(6000, dtype=np.int64))
     drawn = dag.draw(keys, np.full(6000, 20))
     takes = (drawn.parents >= 0).sum(2)
     ours = [(int((t == 0).sum()), int(t.sum()), tuple(t.tolist())) for t in takes]
@@ -164,7 +151,7 @@ def test_graphs_follow_the_official_process():
 
 
 def test_the_query_is_uniform_among_the_nodes_with_a_parent_or_the_last_quarter():
-    keys = draws.doc_keys(9, np.arange(8000), np.zeros(8000, dtype=np.int64))
+    keys = word_tasks.doc_keys(9, np.arange(8000), np.zeros(8000, dtype=np.int64))
     drawn = dag.draw(keys, np.full(8000, 12))
     anywhere = drawn.queries(keys, last=False)
     last = drawn.queries(keys, last=True)
@@ -181,7 +168,7 @@ def test_the_query_is_uniform_among_the_nodes_with_a_parent_or_the_last_quarter(
 
 def test_sizes_follow_the_official_distribution():
     config = _config("max_n=10", "mini_vocab=10", "eval_samples=1")
-    records = _records(config, 0, 20000)
+    records = training_records(config, 0, 20000)
     sizes = Counter(r.meta["n"] for r in records)
     weights = {n: 1 / (n + np.sqrt(10)) for n in range(3, 11)}
     total = sum(weights.values())
@@ -207,7 +194,7 @@ def test_the_loss_counts_only_the_answer_marker_and_the_answer(tmp_path):
 
 def test_test_rows_follow_the_contract():
     config = _config("max_n=11", "mini_vocab=3", "min_len=2", "max_len=3", "eval_samples=30")
-    rows = _rows(config)
+    rows = eval_rows(config)
     names = get_family("brevo").vocabulary(config)
     assert [r["id"] for r in rows] == list(range(30))
     for row in rows:
@@ -232,24 +219,24 @@ def test_no_test_instance_is_trained_on():
         edges, query, _ = _parse(text)
         return frozenset(edges), query
 
-    held_out = {instance(r["text"]) for r in _rows(config)}
-    trained = Counter(instance(r.text) for r in _records(config, 0, 3000))
+    held_out = {instance(r["text"]) for r in eval_rows(config)}
+    trained = Counter(instance(r.text) for r in training_records(config, 0, 3000))
     assert len(held_out) > 20 and not held_out & set(trained)
     assert sum(c for (edges, _), c in trained.items() if len(edges) >= 3) > 1000
     # without the redraws, some of these documents would have been test instances
     index = np.arange(3000)
-    keys = draws.doc_keys(brevo.derive_key(0, "brevo", "train"), index, np.zeros_like(index))
+    keys = word_tasks.doc_keys(brevo.derive_key(0, "brevo", "train"), index, np.zeros_like(index))
     n = brevo._sizes(config, keys)
     first = brevo.graphs(config, keys[n == 4], n[n == 4]).hashes()
     assert np.isin(first, brevo._test_hashes(config)).sum() > 40
     # and the redrawn documents are the same whatever the range drawn
-    texts = [r.text for r in _records(config, 0, 300)]
-    assert [r.text for r in _records(config, 101, 117)] == texts[101:117]
+    texts = [r.text for r in training_records(config, 0, 300)]
+    assert [r.text for r in training_records(config, 101, 117)] == texts[101:117]
 
 
 def test_the_last_query_option_asks_among_the_last_quarter():
     config = _config("max_n=12", "mini_vocab=12", "query=last", "eval_samples=1")
-    keys = draws.doc_keys(3, np.arange(500), np.zeros(500, dtype=np.int64))
+    keys = word_tasks.doc_keys(3, np.arange(500), np.zeros(500, dtype=np.int64))
     n = brevo._sizes(config, keys)
     drawn = brevo.graphs(config, keys, n)
     assert (drawn.query >= 3 * n // 4).all()
@@ -258,10 +245,10 @@ def test_the_last_query_option_asks_among_the_last_quarter():
 
 def test_documents_are_the_same_whatever_the_range_drawn():
     config = _config("max_n=30", "mini_vocab=3", "min_len=2", "max_len=4", "eval_samples=2")
-    whole = [r.text for r in _records(config, 0, 4500)]
-    assert [r.text for r in _records(config, 4093, 4100)] == whole[4093:4100]
-    assert [r.text for r in _records(config, 3, 4)] == whole[3:4]
-    other = [r.text for r in _records(_config("max_n=30", "mini_vocab=3", "min_len=2",
+    whole = [r.text for r in training_records(config, 0, 4500)]
+    assert [r.text for r in training_records(config, 4093, 4100)] == whole[4093:4100]
+    assert [r.text for r in training_records(config, 3, 4)] == whole[3:4]
+    other = [r.text for r in training_records(_config("max_n=30", "mini_vocab=3", "min_len=2",
                                               "max_len=4", "eval_samples=2", "seed=1"), 0, 50)]
     assert other != whole[:50]
 
@@ -327,7 +314,7 @@ def test_the_smallest_graphs_are_drawn():
     # N = 3: every graph has 3 nodes, one root, node 1 under it, node 2 under one or both
     config = _config("max_n=3", "mini_vocab=3", "max_len=1", "eval_samples=0")
     shapes = Counter()
-    for record in _records(config, 0, 300):
+    for record in training_records(config, 0, 300):
         edges, query, answer = _parse(record.text)
         parents = _check_graph(edges, 3)
         _check_answer(parents, query, answer)

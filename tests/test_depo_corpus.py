@@ -7,38 +7,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from corpus_gen.core.config import corpus_config
+from corpus_gen.core import word_tasks
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
-from corpus_gen.core.registry import get_family, schemas
+from corpus_gen.core.registry import get_family
 from corpus_gen.core.shards import read_shard
-from corpus_gen.core.words import Lexicon, hash_each, is_word_end, shuffled, split_words
-from corpus_gen.depo import draws
+from corpus_gen.core.words import Lexicon, hash_each, is_word_end, shuffled
 from corpus_gen.depo import family as depo
 from launch.cli import main
+from tests.integer_task_corpus import eval_rows, family_config, readable_words, training_records
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _config(*overrides: str):
-    given = OmegaConf.from_dotlist(["family=depo", *overrides])
-    return corpus_config([(given, "test")], schemas())
+    return family_config("depo", *overrides)
 
 
-def _records(config, start: int, stop: int) -> list:
-    return list(get_family("depo").records(config, start, stop))
 
-
-def _rows(config) -> list[dict]:
-    return list(get_family("depo").eval_sets(config)["depo_test"]())
-
-
-def _words(names: list[str]) -> list[str]:
-    words, rest = split_words(names)
-    assert rest == ()
-    return [" ".join(word) for word in words]
 
 
 def _parse(text: str) -> tuple[dict[str, str], list[tuple[int, str, str]]]:
@@ -46,7 +33,7 @@ def _parse(text: str) -> tuple[dict[str, str], list[tuple[int, str, str]]]:
     names = text.split(" ")
     assert names[0] == "<bos>"
     first_query = next((i for i, n in enumerate(names) if n.startswith("hop")), len(names))
-    context = _words(names[1:first_query])
+    context = readable_words(names[1:first_query])
     pairs = list(zip(context[::2], context[1::2]))
     successor = dict(pairs)
     assert len(successor) == len(pairs) == len(context) // 2  # each word listed once first
@@ -80,7 +67,7 @@ def test_the_vocabulary_names_each_token_once_in_a_fixed_order():
 def test_each_answer_is_the_kth_successor_walking_the_hidden_cycle():
     config = _config("max_n=12", "max_k=5", "mini_vocab=3", "min_len=1", "max_len=3",
                      "queries=4", "eval_samples=2")
-    for record in _records(config, 0, 1500):
+    for record in training_records(config, 0, 1500):
         successor, queries = _parse(record.text)
         n = record.meta["n"]
         assert len(successor) == n and set(successor.values()) == set(successor)
@@ -95,7 +82,7 @@ def test_each_answer_is_the_kth_successor_walking_the_hidden_cycle():
 
 def test_sizes_follow_the_official_distribution_and_hops_are_uniform():
     config = _config("max_n=12", "max_k=4", "mini_vocab=4", "queries=1", "eval_samples=1")
-    records = _records(config, 0, 30000)
+    records = training_records(config, 0, 30000)
     sizes = Counter(r.meta["n"] for r in records)
     weights = {n: 1 / (n + np.sqrt(12)) for n in range(3, 13)}
     total = sum(weights.values())
@@ -110,7 +97,7 @@ def test_a_cycle_puts_its_words_in_every_order_and_lists_pairs_in_every_order():
     # 3 one-letter words of 3: two cycles (orientations), listed starting at any of 3 pairs
     config = _config("max_n=3", "max_k=1", "mini_vocab=3", "max_len=1", "queries=1",
                      "eval_samples=0")
-    records = _records(config, 0, 3000)
+    records = training_records(config, 0, 3000)
     cycles = Counter(_cycle_key(_parse(r.text)[0]) for r in records)
     firsts = Counter(r.text.split(" ")[1] for r in records)
     assert len(cycles) == 2 and min(cycles.values()) > 1300
@@ -139,7 +126,7 @@ def test_the_loss_counts_only_the_answer_marker_and_the_answer(tmp_path):
 
 def test_test_rows_follow_the_contract():
     config = _config("max_n=10", "max_k=6", "mini_vocab=3", "max_len=2", "eval_samples=7")
-    rows = _rows(config)
+    rows = eval_rows(config)
     names = get_family("depo").vocabulary(config)
     assert config.tested_hops() == [1, 2, 4, 6]
     assert [r["id"] for r in rows] == list(range(28))
@@ -156,21 +143,21 @@ def test_test_rows_follow_the_contract():
         assert len(row["edges"]) == 10
         assert queries == [(row["k"], row["query"], " ".join(answer))]
         assert " ".join(answer) == _walk(successor, row["query"], row["k"])
-        assert _words(answer) == [" ".join(answer)]  # the answer is one word, no EOS
+        assert readable_words(answer) == [" ".join(answer)]  # the answer is one word, no EOS
 
 
 def test_no_test_cycle_is_trained_on():
     # 4 one-letter words of 4: 6 cycles; n = 4 in about 45% of the training documents
     config = _config("max_n=4", "max_k=3", "mini_vocab=4", "max_len=1", "queries=2",
                      "eval_samples=1")
-    held_out = {_cycle_key(_parse(r["text"])[0]) for r in _rows(config)}
-    trained = Counter(_cycle_key(_parse(r.text)[0]) for r in _records(config, 0, 3000))
+    held_out = {_cycle_key(_parse(r["text"])[0]) for r in eval_rows(config)}
+    trained = Counter(_cycle_key(_parse(r.text)[0]) for r in training_records(config, 0, 3000))
     full = {c: k for c, k in trained.items() if len(c) == 4}
     assert 2 <= len(held_out) <= 3 and not held_out & set(trained)
     assert len(full) == 6 - len(held_out) and sum(full.values()) > 1000
     # without the redraws, some of these documents would have been test cycles
     index = np.arange(3000)
-    keys = draws.doc_keys(depo.derive_key(0, "depo", "train"), index, np.zeros_like(index))
+    keys = word_tasks.doc_keys(depo.derive_key(0, "depo", "train"), index, np.zeros_like(index))
     n = depo._sizes(config, keys)
     first = depo.cycles(config, keys[n == 4], n[n == 4]).hashes()
     assert np.isin(first, depo._test_hashes(config)).sum() > 100
@@ -179,16 +166,16 @@ def test_no_test_cycle_is_trained_on():
 def test_a_test_set_covering_every_training_cycle_is_refused():
     config = _config("max_n=3", "max_k=1", "mini_vocab=3", "max_len=1", "eval_samples=20")
     with pytest.raises(Exception, match="test set covers nearly every graph"):
-        _records(config, 0, 10)
+        training_records(config, 0, 10)
 
 
 def test_documents_are_the_same_whatever_the_range_drawn():
     config = _config("max_n=20", "max_k=4", "mini_vocab=3", "min_len=2", "max_len=4",
                      "eval_samples=2")
-    whole = [r.text for r in _records(config, 0, 1200)]
-    assert [r.text for r in _records(config, 1020, 1030)] == whole[1020:1030]
-    assert [r.text for r in _records(config, 3, 4)] == whole[3:4]
-    other = [r.text for r in _records(_config("max_n=20", "max_k=4", "mini_vocab=3",
+    whole = [r.text for r in training_records(config, 0, 1200)]
+    assert [r.text for r in training_records(config, 1020, 1030)] == whole[1020:1030]
+    assert [r.text for r in training_records(config, 3, 4)] == whole[3:4]
+    other = [r.text for r in training_records(_config("max_n=20", "max_k=4", "mini_vocab=3",
                                               "min_len=2", "max_len=4", "eval_samples=2",
                                               "seed=1"), 0, 50)]
     assert other != whole[:50]
@@ -257,14 +244,14 @@ def test_gen_writes_a_small_corpus_from_the_shipped_config(tmp_path, name):
 
 def test_words_are_distinct_drawn_with_uniform_lengths_and_spelled_back():
     lexicon = Lexicon(3, 1, 3)  # 3 + 9 + 27 words
-    keys = draws.doc_keys(7, np.arange(400), np.zeros(400, dtype=np.int64))
+    keys = word_tasks.doc_keys(7, np.arange(400), np.zeros(400, dtype=np.int64))
     counts = np.full(400, 30)
     codes = lexicon.draw(keys, counts, 1)
     words = lexicon.readable(codes)
     for doc in np.split(np.array(words, dtype=object), 400):
         assert len(set(doc)) == 30  # distinct within a document
     # every word is one word: inner letters, then one end letter
-    assert all(_words(w.split(" ")) == [w] for w in words)
+    assert all(readable_words(w.split(" ")) == [w] for w in words)
     assert len(set(lexicon.readable(np.arange(lexicon.size)))) == 39
     # the first draws: length uniform (a collision-free large space: 6**4 words of 4 letters)
     wide = Lexicon(6, 2, 4)
@@ -300,7 +287,7 @@ def test_documents_spelled_in_letters_read_as_those_spelled_in_words(monkeypatch
     # a lexicon too large to give every word a unit is spelled letter by letter: same text, loss
     config = _config("max_n=12", "max_k=3", "mini_vocab=3", "max_len=3", "eval_samples=2")
     words = list(depo.batches(config, 0, 600))
-    monkeypatch.setattr(draws, "WORD_UNITS", 0)
+    monkeypatch.setattr(word_tasks, "WORD_UNITS", 0)
     letters = list(depo.batches(config, 0, 600))
     assert len(words[0].ids) < len(letters[0].ids)
     for by_word, by_letter in zip(words, letters):
@@ -323,7 +310,7 @@ def test_words_are_the_first_distinct_ones_of_the_official_process():
     rng = __import__("random").Random(0)
     want = np.mean([official(rng, 8) for _ in range(4000)])
     lexicon = Lexicon(3, 1, 2)  # 3 words of one letter, 9 of two
-    keys = draws.doc_keys(11, np.arange(4000), np.zeros(4000, dtype=np.int64))
+    keys = word_tasks.doc_keys(11, np.arange(4000), np.zeros(4000, dtype=np.int64))
     codes = lexicon.draw(keys, np.full(4000, 8), 1)
     assert abs(np.mean((codes < 3).reshape(4000, 8).sum(1)) - want) < 0.03
     # the first n distinct of one stream of draws: asking for more keeps those found before

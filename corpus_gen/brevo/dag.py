@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus_gen.core.word_tasks import below
 from corpus_gen.core.words import hash_each
-from corpus_gen.depo.draws import below
 
 MAX_DEGREE = 4  # parents per node, and children per node
 _ROOTS, _PICK, _QUERY = range(11, 14)  # draw tags

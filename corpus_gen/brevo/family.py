@@ -14,12 +14,12 @@ import numpy as np
 
 from corpus_gen.brevo import dag
 from corpus_gen.brevo.config import BrevoConfig
+from corpus_gen.core import word_tasks
 from corpus_gen.core.records import BATCH, Record, UnitBatch, batch_records
 from corpus_gen.core.registry import Layout
 from corpus_gen.core.seeding import derive_key
 from corpus_gen.core.vocabulary import EOS
 from corpus_gen.core.words import MAX_DOCUMENTS, hash_each, letter_names, shuffled
-from corpus_gen.depo import draws
 
 BOS, QUERY, ANSWER = "<bos>", "?", "=>"
 _SIZE, _WORDS, _ORDER, _EDGES, _ANSWER = range(1, 6)  # draw tags (dag.py has its own)
@@ -29,9 +29,9 @@ def vocabulary(config: BrevoConfig) -> tuple[str, ...]:
     return (EOS, BOS, QUERY, ANSWER, *letter_names(config.mini_vocab))
 
 
-def _tokens(config: BrevoConfig) -> draws.Tokens:
+def _tokens(config: BrevoConfig) -> word_tasks.Tokens:
     names = vocabulary(config)
-    return draws.Tokens(names, names.index(ANSWER) + 1, config.lexicon)
+    return word_tasks.Tokens(names, names.index(ANSWER) + 1, config.lexicon)
 
 
 def layout(config: BrevoConfig) -> Layout:
@@ -66,9 +66,9 @@ class Graphs:
         offsets = np.r_[0, np.cumsum(np.bincount(graph, minlength=len(self.keys)))]
         rows = np.arange(len(self.keys))
         asked = self.words[rows, self.query]
-        return (draws.set_hash(draws.pair_hash(self.words[graph, parent],
+        return (word_tasks.set_hash(word_tasks.pair_hash(self.words[graph, parent],
                                                self.words[graph, child]), offsets)
-                + draws.pair_hash(asked, asked))  # no edge joins a word to itself
+                + word_tasks.pair_hash(asked, asked))  # no edge joins a word to itself
 
     def answer(self) -> tuple[np.ndarray, np.ndarray]:
         """The ancestors of each query and the query, as (graph, node), each graph's by depth,
@@ -94,17 +94,18 @@ def graphs(config: BrevoConfig, keys: np.ndarray, n: np.ndarray) -> Graphs:
 
 
 def _sizes(config: BrevoConfig, keys: np.ndarray) -> np.ndarray:
-    return draws.graph_sizes(keys, config.max_n, _SIZE)
+    return word_tasks.graph_sizes(keys, config.max_n, _SIZE)
 
 
 def _test_keys(config: BrevoConfig, index: np.ndarray) -> np.ndarray:
-    return draws.doc_keys(derive_key(config.seed, "brevo", "test"), index, np.zeros_like(index))
+    key = derive_key(config.seed, "brevo", "test")
+    return word_tasks.doc_keys(key, index, np.zeros_like(index))
 
 
 def _test_hashes(config: BrevoConfig) -> np.ndarray:
     known = ("brevo", config.seed, config.max_n, config.mini_vocab, config.min_len,
              config.max_len, config.query, config.eval_samples)
-    return draws.test_hashes(known, config.eval_samples,
+    return word_tasks.test_hashes(known, config.eval_samples,
                              lambda index: graphs(config, _test_keys(config, index),
                                                   np.full(len(index), config.max_n)).hashes())
 
@@ -112,16 +113,16 @@ def _test_hashes(config: BrevoConfig) -> np.ndarray:
 def _train_graphs(config: BrevoConfig, start: int, stop: int) -> Graphs:
     """The training graphs at stream positions [start, stop). Drawn first as if none were a test
     instance (a graph is drawn node by node: drawing the few of size max_n again to check them
-    would cost a whole pass); only if one is, the chunk goes the way of `draws.avoid`."""
+    would cost a whole pass); only if one is, the chunk goes the way of `word_tasks.avoid`."""
     index = np.arange(start, stop)
     key = derive_key(config.seed, "brevo", "train")
-    keys = draws.doc_keys(key, index, np.zeros_like(index))
+    keys = word_tasks.doc_keys(key, index, np.zeros_like(index))
     drawn = graphs(config, keys, _sizes(config, keys))
     at_max = np.flatnonzero(drawn.dags.n == config.max_n)
     if not len(at_max) or not np.isin(drawn.subset(at_max).hashes(), _test_hashes(config)).any():
         return drawn
-    keys = draws.avoid(
-        lambda attempts: draws.doc_keys(key, index, attempts), stop - start, config.max_n,
+    keys = word_tasks.avoid(
+        lambda attempts: word_tasks.doc_keys(key, index, attempts), stop - start, config.max_n,
         lambda keys: _sizes(config, keys),
         lambda keys: graphs(config, keys, np.full(len(keys), config.max_n)).hashes(),
         lambda: _test_hashes(config))
@@ -131,7 +132,7 @@ def _train_graphs(config: BrevoConfig, start: int, stop: int) -> Graphs:
 @dataclass
 class Documents:
     graphs: Graphs
-    items: draws.Items
+    items: word_tasks.Items
     edges: tuple[np.ndarray, np.ndarray, np.ndarray]  # (graph, parent, child) in context order
 
 
@@ -141,7 +142,7 @@ def documents(config: BrevoConfig, drawn: Graphs) -> Documents:
     count = len(drawn.keys)
     listed = np.bincount(graph, minlength=count)
     answers = np.bincount(answer_graph, minlength=count)
-    items = draws.Items.empty(np.r_[0, np.cumsum(1 + 2 * listed + 3 + answers)])
+    items = word_tasks.Items.empty(np.r_[0, np.cumsum(1 + 2 * listed + 3 + answers)])
     starts, codes, marks, loss = items.offsets, items.codes, items.marks, items.loss
     tokens = _tokens(config)
     marks[starts[:-1]] = tokens[BOS]
@@ -166,7 +167,7 @@ def batches(config: BrevoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
         n = docs.graphs.dags.n
         depth = docs.graphs.dags.depth[np.arange(len(n)), docs.graphs.query].tolist()
         metas = [f'{{"n":{size},"depth":{d}}}' for size, d in zip(n.tolist(), depth)]
-        yield from draws.unit_batches(docs.items.unit_batch(tokens, metas))
+        yield from docs.items.unit_batch(tokens, metas).chunks()
 
 
 def records(config: BrevoConfig, start: int, stop: int) -> Iterator[Record]:

@@ -82,6 +82,15 @@ class UnitBatch:
     def __len__(self) -> int:
         return len(self.metas)
 
+    def chunks(self, size: int = BATCH) -> Iterator["UnitBatch"]:
+        """This batch as consecutive batches of at most `size` documents (what the shard writer
+        takes at once), sharing its units."""
+        for lo in range(0, len(self), size):
+            hi = min(lo + size, len(self))
+            a, b = self.offsets[lo], self.offsets[hi]
+            yield UnitBatch(self.units, self.ids[a:b], self.offsets[lo:hi + 1] - a,
+                            self.metas[lo:hi], None if self.loss is None else self.loss[a:b])
+
     def texts(self, json: bool = False) -> list[str]:
         """Each document's text, or with `json` the text as escaped inside a JSON string."""
         words = (self.units.json_strings if json else self.units.strings)[self.ids].tolist()

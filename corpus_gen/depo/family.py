@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus_gen.core import word_tasks
 from corpus_gen.core.records import BATCH, Record, UnitBatch, batch_records
 from corpus_gen.core.registry import Layout
 from corpus_gen.core.seeding import derive_key
 from corpus_gen.core.vocabulary import EOS
 from corpus_gen.core.words import letter_names, shuffled
-from corpus_gen.depo import draws
 from corpus_gen.depo.config import DepoConfig
 
 BOS, ANSWER = "<bos>", "=>"
@@ -30,9 +30,9 @@ def vocabulary(config: DepoConfig) -> tuple[str, ...]:
     return (EOS, BOS, *hops, ANSWER, *letter_names(config.mini_vocab))
 
 
-def _tokens(config: DepoConfig) -> draws.Tokens:
+def _tokens(config: DepoConfig) -> word_tasks.Tokens:
     names = vocabulary(config)
-    return draws.Tokens(names, names.index(ANSWER) + 1, config.lexicon)
+    return word_tasks.Tokens(names, names.index(ANSWER) + 1, config.lexicon)
 
 
 def layout(config: DepoConfig) -> Layout:
@@ -65,8 +65,8 @@ class Cycles:
     def hashes(self) -> np.ndarray:
         """Each cycle's hash up to rotation: its set of (word, successor) pairs."""
         every = np.arange(len(self.words))
-        pairs = draws.pair_hash(self.words, self.words[self.ahead(every, 1)])
-        return draws.set_hash(pairs, self.offsets)
+        pairs = word_tasks.pair_hash(self.words, self.words[self.ahead(every, 1)])
+        return word_tasks.set_hash(pairs, self.offsets)
 
 
 def cycles(config: DepoConfig, keys: np.ndarray, n: np.ndarray) -> Cycles:
@@ -78,27 +78,27 @@ def cycles(config: DepoConfig, keys: np.ndarray, n: np.ndarray) -> Cycles:
 
 
 def _sizes(config: DepoConfig, keys: np.ndarray) -> np.ndarray:
-    return draws.graph_sizes(keys, config.max_n, _SIZE)
+    return word_tasks.graph_sizes(keys, config.max_n, _SIZE)
 
 
 def _test_hashes(config: DepoConfig) -> np.ndarray:
     known = ("depo", config.seed, config.max_n, config.max_k, config.mini_vocab, config.min_len,
              config.max_len, config.eval_samples)
-    return draws.test_hashes(known, config.eval_samples * len(config.tested_hops()),
+    return word_tasks.test_hashes(known, config.eval_samples * len(config.tested_hops()),
                              lambda index: cycles(config, _test_keys(config, index),
                                                   np.full(len(index), config.max_n)).hashes())
 
 
 def _test_keys(config: DepoConfig, index: np.ndarray) -> np.ndarray:
-    return draws.doc_keys(derive_key(config.seed, "depo", "test"), index, np.zeros_like(index))
+    return word_tasks.doc_keys(derive_key(config.seed, "depo", "test"), index, np.zeros_like(index))
 
 
 def _train_keys(config: DepoConfig, start: int, stop: int) -> np.ndarray:
     index = np.arange(start, stop)
     key = derive_key(config.seed, "depo", "train")
     n_max = np.full(stop - start, config.max_n)
-    return draws.avoid(
-        lambda attempts: draws.doc_keys(key, index, attempts), stop - start, config.max_n,
+    return word_tasks.avoid(
+        lambda attempts: word_tasks.doc_keys(key, index, attempts), stop - start, config.max_n,
         lambda keys: _sizes(config, keys),
         lambda keys: cycles(config, keys, n_max[:len(keys)]).hashes(),
         lambda: _test_hashes(config))
@@ -107,7 +107,7 @@ def _train_keys(config: DepoConfig, start: int, stop: int) -> np.ndarray:
 @dataclass
 class Documents:
     cycles: Cycles
-    items: draws.Items
+    items: word_tasks.Items
     pairs: np.ndarray  # positions of the listed pairs' first words, in context order
     queries: np.ndarray  # positions of the queried words, in order
     hops: np.ndarray  # k of each query
@@ -124,8 +124,8 @@ def documents(config: DepoConfig, drawn: Cycles, queries: np.ndarray,
     asked = asked[rank < queries[docs]]
     asked_docs, asked_rank = docs[asked], rank[rank < queries[docs]]
     if hops is None:
-        hops = draws.below(drawn.keys[asked_docs], config.max_k, _HOPS, asked_rank) + 1
-    items = draws.Items.empty(np.r_[0, np.cumsum(1 + 2 * n + 4 * queries)])
+        hops = word_tasks.below(drawn.keys[asked_docs], config.max_k, _HOPS, asked_rank) + 1
+    items = word_tasks.Items.empty(np.r_[0, np.cumsum(1 + 2 * n + 4 * queries)])
     starts, codes, marks = items.offsets, items.codes, items.marks
     tokens = _tokens(config)
     marks[starts[:-1]] = tokens[BOS]

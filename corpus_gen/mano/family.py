@@ -126,11 +126,7 @@ def batches(config: ManoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
         offsets = np.concatenate([[0], np.cumsum(2 * ops + 5)])
         metas = [f'{{"ops":{o},"value":{v}}}'
                  for o, v in zip(ops.tolist(), drawn.value.tolist())]
-        for a in range(0, len(index), BATCH):
-            b = min(a + BATCH, len(index))
-            first, last = offsets[a], offsets[b]
-            yield UnitBatch(table.units, ids[first:last], offsets[a:b + 1] - first,
-                            metas[a:b], loss[first:last])
+        yield from UnitBatch(table.units, ids, offsets, metas, loss).chunks()
 
 
 def records(config: ManoConfig, start: int, stop: int) -> Iterator[Record]:

@@ -1,6 +1,6 @@
-"""What Depo and Brevo share: documents keyed by stream position and attempt, the distribution
-of the graph size n, test instances kept out of training, and documents assembled from words and
-marker tokens in one pass over a batch.
+"""Documents of words and marker tokens, what Depo and Brevo share: documents keyed by stream
+position and attempt, the distribution of the graph size n, test instances kept out of
+training, and documents assembled from words and marker tokens in one pass over a batch.
 
 Document i of a stream is a pure function of (seed, stream, i): its draws come from its own key
 (`doc_keys`), each by a counter under a tag, so a batch of documents is drawn at once with numpy
@@ -8,7 +8,7 @@ and any shard or worker count writes the same bytes. A training draw that hits a
 drawn again under the next attempt index (`avoid`), still a pure function of (seed, i).
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,11 +185,3 @@ class Items:
         spelled = self.spell(tokens)
         return UnitBatch(units(tokens), spelled.ids - 1, spelled.offsets, metas, spelled.loss)
 
-
-def unit_batches(batch: UnitBatch) -> Iterator[UnitBatch]:
-    """`batch` in batches of at most BATCH documents (what the shard writer takes at once)."""
-    for lo in range(0, len(batch), BATCH):
-        hi = min(lo + BATCH, len(batch))
-        a, b = batch.offsets[lo], batch.offsets[hi]
-        yield UnitBatch(batch.units, batch.ids[a:b], batch.offsets[lo:hi + 1] - a,
-                        batch.metas[lo:hi], batch.loss[a:b])
