@@ -7,59 +7,34 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch import nn
 
 from corpus_gen.core.vocabulary import Vocabulary
 from tests.conftest import record_eval_set
+from tests.planted_lm import PlantedLM
 from trainer.eval.registry import EvalContext
-from trainer.model import ModelConfig
 
 
-class AnswerModel(nn.Module):
+class AnswerModel(PlantedLM):
     """A planted model: after a prompt ending with the answer marker, it emits `respond(prompt)`
     (token ids) then EOS, one token per step, greedy; before the marker (pads, the prompt
-    itself) its logits are flat. `respond` sees only the prompt's ids.
-
-    It has what generation.py uses of a GPT (config sizes the KV cache, positional.max_positions,
-    tok_emb.weight, forward(ids, pos, doc, cache, last_only)) and, like a transformer, sees a
-    row's earlier tokens only through what it cached: one "key" per token, the token id.
-    """
+    itself) its logits are flat. `respond` sees only the prompt's ids."""
 
     def __init__(self, vocab: Vocabulary, marker: str, respond: Callable[[list[int]], list[int]],
                  max_positions: int | None = None):
-        super().__init__()
-        self.config = ModelConfig(n_layer=1, n_head=1, d_model=1, vocab_size=vocab.vocab_size)
-        self.tok_emb = nn.Embedding(vocab.vocab_size, 1)
-        self.positional = SimpleNamespace(max_positions=max_positions)
+        super().__init__(vocab.vocab_size, max_positions)
         self.marker, self.eos = vocab.token_id(marker), vocab.eos_id
         self.respond = functools.cache(lambda prompt: list(respond(list(prompt))))
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-                doc_ids: torch.Tensor | None = None, cache=None,
-                last_only: bool = False) -> torch.Tensor:
-        tokens, doc = input_ids, torch.ones_like(input_ids) if doc_ids is None else doc_ids
-        if cache is not None:
-            _, doc = cache.extend(position_ids, doc)
-            keys = input_ids[:, None, :, None].to(cache.k.dtype)
-            tokens = cache.update(0, keys, keys)[0][:, 0, :, 0].long()
-        batch, new = input_ids.shape
-        seen = tokens.shape[1] - new
-        wanted = [seen + new - 1] if last_only else list(range(seen, seen + new))
-        logits = torch.zeros(batch, len(wanted), self.config.vocab_size)
-        for b in range(batch):
-            for j, t in enumerate(wanted):
-                context = tokens[b, : t + 1][doc[b, : t + 1] == doc[b, t]].tolist()
-                if self.marker not in context:
-                    continue
-                end = len(context) - context[::-1].index(self.marker)
-                reply = [*self.respond(tuple(context[:end])), self.eos]
-                emitted = len(context) - end
-                logits[b, j, reply[emitted] if emitted < len(reply) else self.eos] = 1.0
-        return logits
-
+    def next_logits(self, context: list[int], out: torch.Tensor) -> None:
+        if self.marker not in context:
+            return
+        end = len(context) - context[::-1].index(self.marker)
+        reply = [*self.respond(tuple(context[:end])), self.eos]
+        emitted = len(context) - end
+        out[reply[emitted] if emitted < len(reply) else self.eos] = 1.0
 
 def lookup(rows: list[dict]) -> Callable[[list[int]], list[int]]:
     """The oracle's rule: each row's answer, read off its prompt."""

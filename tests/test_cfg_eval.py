@@ -8,7 +8,6 @@ import json
 import math
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,6 +31,7 @@ from tests.conftest import (
     record_eval_set,
     tiny_experiment_file,
 )
+from tests.planted_lm import PlantedLM
 from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.eval.registry import EvalContext, eval_schema, tasks
@@ -70,52 +70,30 @@ def small_corpus(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("cfg_small"), SMALL, 300, 40)
 
 
-class WordModel(nn.Module):
+class WordModel(PlantedLM):
     """A planted model over the grammar's words: after "<bos> t1 .. tp" its logits are the log of
     the grammar's true next-token distribution over the terminals and EOS (or, `uniform`, equal
     logits over those T + 1 tokens), -inf on every other token; after anything else (a
     non-terminal, a pad) uniform over the whole vocabulary. The oracle never leaves the
     language, so it never meets a prefix the grammar rules out.
-
-    It has what generation.py uses of a GPT (config sizes the KV cache, positional.max_positions,
-    tok_emb.weight's device and dtype, forward(ids, pos, doc, cache, last_only)) and, like a
-    transformer, sees a row only through what it cached: one "key" per token, the token id.
     """
 
     def __init__(self, grammar: Grammar, spelling: cfg.Spelling, vocab_size: int,
                  uniform: bool = False, max_positions: int | None = None):
-        super().__init__()
-        self.config = ModelConfig(n_layer=1, n_head=1, d_model=1, vocab_size=vocab_size)
-        self.tok_emb = nn.Embedding(vocab_size, 1)
-        self.positional = SimpleNamespace(max_positions=max_positions)
+        super().__init__(vocab_size, max_positions)
         self.grammar, self.spelling, self.uniform = grammar, spelling, uniform
         self.words = torch.tensor([*spelling.terminals, spelling.eos])
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-                doc_ids: torch.Tensor | None = None, cache=None,
-                last_only: bool = False) -> torch.Tensor:
-        tokens, doc = input_ids, torch.ones_like(input_ids) if doc_ids is None else doc_ids
-        if cache is not None:
-            _, doc = cache.extend(position_ids, doc)
-            keys = input_ids[:, None, :, None].to(cache.k.dtype)
-            tokens = cache.update(0, keys, keys)[0][:, 0, :, 0].long()
-        batch, new = input_ids.shape
-        seen = tokens.shape[1] - new
-        wanted = [seen + new - 1] if last_only else list(range(seen, seen + new))
-        logits = torch.zeros(batch, len(wanted), self.config.vocab_size)
-        for b in range(batch):
-            for j, t in enumerate(wanted):
-                context = tokens[b, : t + 1][doc[b, : t + 1] == doc[b, t]].tolist()
-                words = self.spelling.read(context[1:])
-                if context[0] != self.spelling.bos or words is None:
-                    continue
-                logits[b, j] = -math.inf
-                if self.uniform:
-                    logits[b, j, self.words] = 0.0
-                    continue
-                truth = torch.tensor(next_token_distribution(self.grammar, words)[-1])
-                logits[b, j, self.words] = truth.log().float()
-        return logits
+    def next_logits(self, context: list[int], out: torch.Tensor) -> None:
+        words = self.spelling.read(context[1:])
+        if context[0] != self.spelling.bos or words is None:
+            return
+        out[:] = -math.inf
+        if self.uniform:
+            out[self.words] = 0.0
+            return
+        truth = torch.tensor(next_token_distribution(self.grammar, words)[-1])
+        out[self.words] = truth.log().float()
 
 
 def context_for(model: nn.Module, corpus: Path, run_dir: Path) -> EvalContext:

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from corpus_gen.core.config import corpus_config
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
-from corpus_gen.core.registry import get_family, schemas
+from corpus_gen.core.registry import get_family
 from corpus_gen.core.shards import read_shard
 from corpus_gen.mano import expressions
 from launch.cli import main
+from tests.integer_task_corpus import eval_rows, family_config, training_records
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = {"+": "+", "plus": "+", "-": "-", "minus": "-", "*": "*", "times": "*", "/": "/",
@@ -23,16 +22,9 @@ WORDS = {"+": "+", "plus": "+", "-": "-", "minus": "-", "*": "*", "times": "*", 
 
 
 def _config(*overrides: str):
-    given = OmegaConf.from_dotlist(["family=mano", *overrides])
-    return corpus_config([(given, "test")], schemas())
+    return family_config("mano", *overrides)
 
 
-def _records(config, start: int, stop: int) -> list:
-    return list(get_family("mano").records(config, start, stop))
-
-
-def _rows(config) -> list[dict]:
-    return list(get_family("mano").eval_sets(config)["mano_test"]())
 
 
 def _parse(words: list[str], modulus: int) -> tuple[object, list[str]]:
@@ -95,7 +87,7 @@ def test_evaluation_by_hand():
 @pytest.mark.parametrize("ops", ["+-*", "+-*/"])
 def test_training_values_match_a_plain_recursive_evaluator(ops):
     config = _config("max_ops=6", f"ops={ops}", "modulus=7", "eval_samples=5")
-    records = _records(config, 0, 3000)
+    records = training_records(config, 0, 3000)
     for record in records:
         ops_token, tree, answer = _document(record.text, 7)
         assert answer == _value(tree, 7) == record.meta["value"]
@@ -103,7 +95,7 @@ def test_training_values_match_a_plain_recursive_evaluator(ops):
 
 
 def test_the_number_of_operators_is_uniform_and_the_left_operand_split_as_the_official():
-    records = _records(_config("max_ops=4", "eval_samples=10"), 0, 20000)
+    records = training_records(_config("max_ops=4", "eval_samples=10"), 0, 20000)
     trees = [_document(r.text, 23)[1] for r in records]
     counts = Counter(_operators(t) for t in trees)
     assert sorted(counts) == [1, 2, 3, 4]
@@ -121,7 +113,7 @@ def test_the_number_of_operators_is_uniform_and_the_left_operand_split_as_the_of
 
 
 def test_both_synonyms_of_each_operator_are_used_about_equally():
-    records = _records(_config("max_ops=5", "ops=+-*/", "eval_samples=10"), 0, 4000)
+    records = training_records(_config("max_ops=5", "ops=+-*/", "eval_samples=10"), 0, 4000)
     words = Counter(w for r in records for w in r.text.split(" "))
     for symbol, name in (("+", "plus"), ("-", "minus"), ("*", "times"), ("/", "over")):
         assert abs(words[symbol] / (words[symbol] + words[name]) - 0.5) < 0.03
@@ -130,10 +122,10 @@ def test_both_synonyms_of_each_operator_are_used_about_equally():
 def test_no_expression_divides_by_zero_anywhere():
     # p = 3 and division only: a third of the divisors would be 0 without the redraws
     config = _config("max_ops=5", "ops=/", "modulus=3", "eval_samples=2")
-    for record in _records(config, 0, 3000):
+    for record in training_records(config, 0, 3000):
         _, tree, answer = _document(record.text, 3)
         assert _value(tree, 3) == answer  # raises ZeroDivisionError on a division by 0
-    for row in _rows(config):
+    for row in eval_rows(config):
         assert _value(_parse(row["expression"].split(" "), 3)[0], 3) == row["value"]
 
 
@@ -154,7 +146,7 @@ def test_the_loss_counts_only_the_answer_marker_and_the_answer(tmp_path):
 
 def test_test_rows_follow_the_contract():
     config = _config("max_ops=3", "ops=+-*/", "eval_samples=40")
-    rows = _rows(config)
+    rows = eval_rows(config)
     names = get_family("mano").vocabulary(config)
     assert [r["id"] for r in rows] == list(range(120))
     assert Counter(r["ops"] for r in rows) == {1: 40, 2: 40, 3: 40}
@@ -178,8 +170,8 @@ def test_no_test_expression_is_trained_on(max_ops, eval_samples):
     # p = 5 and "+" only: 25 one-operator expressions, up to 12 of them test instances
     config = _config(f"max_ops={max_ops}", "ops=+", "modulus=5",
                      f"eval_samples={eval_samples}")
-    held_out = {_parse(r["expression"].split(" "), 5)[0] for r in _rows(config)}
-    trained = Counter(_document(r.text, 5)[1] for r in _records(config, 0, 4000))
+    held_out = {_parse(r["expression"].split(" "), 5)[0] for r in eval_rows(config)}
+    trained = Counter(_document(r.text, 5)[1] for r in training_records(config, 0, 4000))
     assert len(held_out) >= 8 and not held_out & set(trained)
     if max_ops == 1:  # everything else is drawn
         assert len(trained) == 25 - len(held_out)
@@ -187,10 +179,10 @@ def test_no_test_expression_is_trained_on(max_ops, eval_samples):
 
 def test_documents_are_the_same_whatever_the_range_drawn():
     config = _config("max_ops=5", "ops=+-*/", "modulus=5", "eval_samples=10")
-    whole = [r.text for r in _records(config, 0, 9000)]
-    assert [r.text for r in _records(config, 8190, 8200)] == whole[8190:8200]
-    assert [r.text for r in _records(config, 3, 4)] == whole[3:4]
-    other = [r.text for r in _records(_config("max_ops=5", "ops=+-*/", "modulus=5",
+    whole = [r.text for r in training_records(config, 0, 9000)]
+    assert [r.text for r in training_records(config, 8190, 8200)] == whole[8190:8200]
+    assert [r.text for r in training_records(config, 3, 4)] == whole[3:4]
+    other = [r.text for r in training_records(_config("max_ops=5", "ops=+-*/", "modulus=5",
                                               "eval_samples=10", "seed=1"), 0, 50)]
     assert other != whole[:50]
 
