@@ -33,7 +33,13 @@ import torch
 
 from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.manifest import MANIFEST, read_manifest
-from corpus_gen.core.shards import read_npy_header, tar_members
+from corpus_gen.core.shards import (
+    LENGTHS,
+    LENGTHS_DTYPE,
+    document_keys,
+    read_npy_header,
+    tar_members,
+)
 from corpus_gen.core.verify import file_verifies
 
 IGNORE_INDEX = -100  # label of a position that does not count (torch's cross_entropy default)
@@ -61,7 +67,9 @@ class DataOptions:
 @dataclass
 class _Shard:
     """A memory-mapped shard indexed by walking its tar headers: token ids and masks are read in
-    place and the json members are never decoded. Sample i has `lengths[i]` tokens."""
+    place and the json members are never decoded. Document i has `lengths[i]` tokens, at byte
+    `ids_at[i]` (its mask at `mask_at[i]`); a sample of several documents (a `lengths.npy`
+    member) is indexed document by document."""
 
     path: Path
     keys: list[str]
@@ -79,7 +87,8 @@ class _Shard:
                 buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except ValueError:  # an empty file cannot be mapped
                 raise CorpusError(f"{path}: empty; run physlm verify") from None
-        kinds = {b"ids.npy": dtype.str, b"mask.npy": np.dtype(np.uint8).str}  # npy item types
+        kinds = {b"ids.npy": dtype.str, b"mask.npy": np.dtype(np.uint8).str,
+                 LENGTHS.encode(): LENGTHS_DTYPE}  # npy item types
         found: dict[bytes, list[tuple[int, int]]] = {ext: [] for ext in kinds}
         keys = []
         try:
@@ -101,8 +110,12 @@ class _Shard:
         if [n for _, n in ids] != [n for _, n in masks]:
             raise CorpusError(f"{path}: ids.npy and mask.npy members do not pair up")
         lengths = np.array([n for _, n in ids], dtype=np.int64)
-        return cls(path, keys, lengths, [a for a, _ in ids], [a for a, _ in masks], buffer, dtype,
-                   vocab_size)
+        ids_at, mask_at = [a for a, _ in ids], [a for a, _ in masks]
+        documents = found[LENGTHS.encode()]
+        if documents:  # samples of several documents: index each document
+            keys, lengths, ids_at, mask_at = _expand_samples(
+                path, buffer, documents, keys, lengths, ids_at, mask_at, dtype)
+        return cls(path, keys, lengths, ids_at, mask_at, buffer, dtype, vocab_size)
 
     def stream(self, start: int, stop: int, eos: int) -> Window:
         """Documents [start, stop), each followed by EOS (which counts in the loss)."""
@@ -132,6 +145,31 @@ class _Shard:
             tokens, mask, first = self.stream(start, min(start + _CHUNK, len(self.lengths)), eos)
             yield tokens[skip:], mask[skip:], first[skip:]
             skip = 0
+
+
+def _expand_samples(path: Path, buffer: mmap.mmap, counts: list[tuple[int, int]],
+                    keys: list[str], sizes: np.ndarray, ids_at: list[int], mask_at: list[int],
+                    dtype: np.dtype) -> tuple[list[str], np.ndarray, list[int], list[int]]:
+    """(keys, lengths, ids_at, mask_at) of each document of samples that hold several: sample i
+    has `sizes[i]` tokens at ids_at[i] / mask_at[i], and its documents' token counts are the
+    `counts[i]` = (byte offset, documents) uint32 array of its lengths.npy member."""
+    if len(counts) != len(keys):
+        raise CorpusError(f"{path}: {len(counts)} {LENGTHS} members for {len(keys)} samples")
+    per_sample = np.array([n for _, n in counts], dtype=np.int64)
+    lengths = np.concatenate([np.frombuffer(buffer, LENGTHS_DTYPE, n, at)
+                              for at, n in counts]).astype(np.int64)  # [documents]
+    sample = np.repeat(np.arange(len(keys)), per_sample)  # [documents] the sample holding each
+    totals = np.bincount(sample, weights=lengths, minlength=len(keys)).astype(np.int64)
+    if not np.array_equal(totals, sizes):
+        bad = int(np.flatnonzero(totals != sizes)[0])
+        raise CorpusError(f"{path}: sample {keys[bad]}: {LENGTHS} adds up to {totals[bad]} "
+                          f"tokens, ids.npy holds {sizes[bad]}")
+    # a document's offset inside its sample: tokens before it, less those of earlier samples
+    before = np.cumsum(lengths) - lengths - np.concatenate([[0], np.cumsum(sizes)])[sample]
+    ids_at = (np.array(ids_at, np.int64)[sample] + before * dtype.itemsize).tolist()
+    mask_at = (np.array(mask_at, np.int64)[sample] + before).tolist()
+    doc_keys = [k for key, n in zip(keys, per_sample.tolist()) for k in document_keys(key, n)]
+    return doc_keys, lengths, ids_at, mask_at
 
 
 def _pack(lengths: np.ndarray, ctx: int) -> list[int]:

@@ -38,11 +38,15 @@ class CorpusConfig:
     family: str = MISSING
     seed: int = 0
     records_per_shard: int = 10000
+    # documents per tar sample: 1, a sample per document; more share one sample's ~2.5 KB of
+    # tar and npy headers and padding (shards.py describes both layouts)
+    docs_per_sample: int = 1
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
     def validate(self) -> None:
         """Raise ConfigError for values the schema's types cannot rule out."""
         require(self.records_per_shard >= 1, "records_per_shard", self.records_per_shard, ">= 1")
+        require(self.docs_per_sample >= 1, "docs_per_sample", self.docs_per_sample, ">= 1")
         require(self.tokenizer.vocab_size >= 300, "tokenizer.vocab_size",
                 self.tokenizer.vocab_size, "must be >= 300 (256 byte pieces + specials)")
         require(self.tokenizer.model_type in ("bpe", "unigram"), "tokenizer.model_type",
@@ -219,5 +223,10 @@ def config_dict(config: CorpusConfig) -> dict[str, Any]:
 
 def fingerprint(config: CorpusConfig, version: str) -> str:
     """Identifies the corpus a config generates: same config and code version, same bytes."""
-    payload = json.dumps({"config": config_dict(config), "version": version}, sort_keys=True)
+    given = config_dict(config)
+    if given["docs_per_sample"] == 1:
+        # the layout of corpora written before the key existed: they keep their fingerprint
+        # (their cache directory, their runs' saved data positions)
+        del given["docs_per_sample"]
+    payload = json.dumps({"config": given, "version": version}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

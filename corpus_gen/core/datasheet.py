@@ -11,6 +11,7 @@ def datasheet(manifest: dict, seconds: float, generated: int, out: Path) -> str:
     records = manifest["records"]
     tokens = manifest["tokens"]
     tokenizer = manifest["tokenizer"]
+    per_sample = manifest["config"].get("docs_per_sample", 1)
     rows = [("corpus", str(out)), ("family", manifest["family"]),
             ("fingerprint", manifest["fingerprint"])]
     rows += [(key.replace("_", " "), f"{value:,}") for key, value in manifest["summary"].items()]
@@ -23,6 +24,7 @@ def datasheet(manifest: dict, seconds: float, generated: int, out: Path) -> str:
         ("vocabulary", f"{tokenizer['vocab_size']:,}"
          + (f" (fixed: {VOCABULARY})" if tokenizer["name"] == VOCABULARY else "")),
         ("shards", f"{len(shards):,}"),
+        *([("documents per tar sample", f"up to {per_sample:,}")] if per_sample > 1 else []),
         ("eval sets", ", ".join(f"{e['name']} ({e['records']:,})" for e in manifest["eval"])),
         ("seconds", f"{seconds:.2f}"),
         ("documents generated this run", f"{generated:,}"),

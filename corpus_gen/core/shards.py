@@ -1,5 +1,18 @@
 """WebDataset shards: tar files of samples `{key}.json`, `{key}.ids.npy`, `{key}.mask.npy`.
 
+A sample holds one document, or with the corpus key `docs_per_sample` n > 1 up to n consecutive
+documents of its shard (a sample never crosses a shard; the shard's last holds the remainder):
+- one document: `json` its object (`{"text": ..., **meta}`), `ids.npy` its token ids (uint16,
+  or uint32 past 65,536 tokens), `mask.npy` its loss mask (uint8, 1: counts); the key is its
+  stream position, 10 digits.
+- several: `json` a JSON array of the documents' objects (each the object above), `ids.npy`
+  and `mask.npy` the documents' arrays concatenated, and `lengths.npy` (uint32) the tokens of
+  each document; the key is the stream position of its first document. What a member costs
+  besides its data (a 512-byte tar header, padding to 512 bytes, a 128-byte npy header: ~2-3 KB
+  a sample) is then paid once per sample, not per document.
+Readers keep the per-document view: `read_shard` yields one document at a time, keyed by its
+own stream position (`document_keys`), and so does the trainer's reader (trainer/data.py).
+
 `ShardWriter` writes the same bytes as `webdataset.TarWriter(f, encoder=False, mtime=0)` (USTAR
 members, user/group "bigdata", mode 0444, sorted member order, 10 KiB record padding) — a test
 checks this byte for byte — but builds the 512-byte headers of a whole batch of samples at once
@@ -19,8 +32,11 @@ from typing import BinaryIO
 
 import numpy as np
 
+from corpus_gen.core.errors import CorpusError
+
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar "record": tarfile pads the archive to a multiple of this
+LENGTHS, LENGTHS_DTYPE = "lengths.npy", "<u4"  # a multi-document sample's tokens per document
 _NAME_LEN, _SIZE, _CHECKSUM = 100, slice(124, 136), slice(148, 156)
 _VARIED = _CHECKSUM.stop  # name, mode, ids, size, mtime, checksum: the fields before the type
 
@@ -158,15 +174,28 @@ def read_npy_header(data: bytes, dtype: str, size: int) -> tuple[int, int] | Non
     return (length, items) if data[:length] == npy_bytes(b"", dtype, items) else None
 
 
+def document_keys(key: str, count: int) -> list[str]:
+    """The keys (stream positions, 10 digits) of the `count` documents of the sample `key`."""
+    first = int(key)
+    return [f"{position:010d}" for position in range(first, first + count)]
+
+
 def read_shard(path: Path) -> Iterator[dict]:
-    """Samples of one shard as dicts: `__key__`, `json` (dict), `ids` and `mask` (numpy arrays)."""
+    """Documents of one shard as dicts: `__key__` (its stream position), `json` (dict), `ids`
+    and `mask` (numpy arrays); a multi-document sample yields each of its documents."""
     import webdataset as wds  # imports torch: only readers pay for it
 
     dataset = wds.WebDataset(str(path), shardshuffle=False, empty_check=False).decode()
     for sample in dataset:
-        yield {
-            "__key__": sample["__key__"],
-            "json": sample["json"],
-            "ids": np.asarray(sample["ids.npy"]),
-            "mask": np.asarray(sample["mask.npy"]),
-        }
+        ids, mask = np.asarray(sample["ids.npy"]), np.asarray(sample["mask.npy"])
+        if LENGTHS not in sample:
+            yield {"__key__": sample["__key__"], "json": sample["json"], "ids": ids, "mask": mask}
+            continue
+        lengths = np.asarray(sample[LENGTHS], dtype=np.int64)
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        if bounds[-1] != len(ids) or len(mask) != len(ids) or len(sample["json"]) != len(lengths):
+            raise CorpusError(f"{path}: sample {sample['__key__']}: its json, ids.npy, mask.npy "
+                              f"and {LENGTHS} do not describe the same documents")
+        keys = document_keys(sample["__key__"], len(lengths))
+        for key, doc, a, b in zip(keys, sample["json"], bounds, bounds[1:]):
+            yield {"__key__": key, "json": doc, "ids": ids[a:b], "mask": mask[a:b]}

@@ -1,5 +1,6 @@
 """Writing a corpus's files, each a `Job` for a worker: a training shard (its documents tokenized
-into `json`, `ids.npy` and `mask.npy` members) or an eval set (JSON lines). Each file is written
+into `json`, `ids.npy` and `mask.npy` members, and `lengths.npy` where a sample holds several
+documents: shards.py describes the layout) or an eval set (JSON lines). Each file is written
 to a temporary name, renamed when whole, and recorded in `.progress/` with its sha256.
 """
 
@@ -19,7 +20,7 @@ from corpus_gen.core.io import atomic_path
 from corpus_gen.core.manifest import record_progress
 from corpus_gen.core.records import Document, UnitBatch, document
 from corpus_gen.core.registry import get_family
-from corpus_gen.core.shards import ShardWriter, npy_bytes
+from corpus_gen.core.shards import LENGTHS, LENGTHS_DTYPE, ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import CorpusTokenizer
 
 
@@ -82,23 +83,24 @@ def _tokenizer(job: Job) -> CorpusTokenizer:
 
 def build_shard(job: Job, kept: dict[int, Document] | None = None) -> dict:
     tokenizer = _tokenizer(job)
-    lengths: list[int] = []
-    position = job.start
+    per_sample = job.config.docs_per_sample
+    batches = _batches(job, kept or {})
+    samples = (_single_samples(batches, tokenizer, job.start) if per_sample == 1
+               else _multi_samples(batches, tokenizer, job.start, per_sample))
+    counts = []
     path = Path(job.out) / job.name
     with atomic_path(path) as tmp:
         # a batch arrives as one chunk larger than this buffer, so it goes through uncopied
         with open(tmp, "wb", buffering=1 << 16) as f:
             sink = _HashingFile(f)
             writer = ShardWriter(sink)
-            for batch in _batches(job, kept or {}):
-                jsons, ids, masks, counts = _members(tokenizer, batch)
-                keys = [f"{p:010d}" for p in range(position, position + len(batch))]
-                writer.write_batch(keys, {"json": jsons, "ids.npy": ids, "mask.npy": masks})
-                lengths += counts
-                position += len(batch)
+            for keys, members, lengths in samples:
+                writer.write_batch(keys, members)
+                counts.append(lengths)
             writer.close()
-    return {"records": job.stop - job.start, "tokens": sum(lengths),
-            "min_tokens": min(lengths), "max_tokens": max(lengths),
+    lengths = np.concatenate(counts)  # tokens per document
+    return {"records": job.stop - job.start, "tokens": int(lengths.sum()),
+            "min_tokens": int(lengths.min()), "max_tokens": int(lengths.max()),
             "sha256": sink.digest.hexdigest(), "start": job.start, "stop": job.stop,
             "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest()}
 
@@ -122,45 +124,134 @@ def _batches(job: Job, kept: dict[int, Document]) -> Iterator[UnitBatch | list[D
             yield batch if isinstance(batch, UnitBatch) else list(map(document, batch))
 
 
-def _members(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document]
-             ) -> tuple[list, list, list, list[int]]:
-    """The `json`, `ids.npy` and `mask.npy` members and the token counts of a batch."""
+# what ShardWriter.write_batch takes, and the tokens of each document the samples hold
+Samples = tuple[list[str], dict[str, list[bytes]], np.ndarray]
+
+
+@dataclass
+class _Documents:
+    """Consecutive documents as their shard members need them, back to back."""
+
+    ids: np.ndarray  # [tokens] the tokenizer's dtype
+    mask: np.ndarray | None  # [tokens] uint8, 1: in the loss; None: every token counts
+    counts: np.ndarray  # [documents] int64 tokens per document
+    jsons: list[bytes]  # [documents] the objects of the `json` members
+
+    def __len__(self) -> int:
+        return len(self.jsons)
+
+    def token_bounds(self) -> np.ndarray:
+        """[documents + 1] where each document's tokens start, then the end."""
+        return np.concatenate([[0], np.cumsum(self.counts)])
+
+    def full_mask(self) -> np.ndarray:
+        return np.ones(len(self.ids), np.uint8) if self.mask is None else self.mask
+
+
+def _documents(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document]) -> _Documents:
+    """A batch's documents tokenized."""
     if not isinstance(batch, UnitBatch):
-        ids, masks, counts = zip(*map(functools.partial(_token_members, tokenizer), batch))
-        return [d.json for d in batch], ids, masks, list(counts)
-    tokens, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
+        encoded = [_encoded(tokenizer, doc) for doc in batch]
+        ids = np.frombuffer(b"".join(tokens for tokens, _ in encoded), tokenizer.dtype)
+        counts = np.fromiter((tokenizer.count(tokens) for tokens, _ in encoded), np.int64,
+                             len(encoded))
+        mask = None if all(mask is None for _, mask in encoded) else np.frombuffer(
+            b"".join(mask or b"\x01" * tokenizer.count(tokens) for tokens, mask in encoded),
+            np.uint8)
+        return _Documents(ids, mask, counts, [doc.json for doc in batch])
+    ids, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
-    counts = np.diff(ends).tolist()
-    data, item = memoryview(tokens.tobytes()), tokens.itemsize
-    bounds = (ends * item).tolist()
-    ids = [npy_bytes(data[a:b], tokenizer.dtype, n)
-           for a, b, n in zip(bounds, bounds[1:], counts)]
+    mask = None if batch.loss is None else np.repeat(batch.loss.astype(np.uint8), unit_counts)
     # the same bytes as orjson.dumps({"text": text, **meta}): text first, then meta's fields
     jsons = [f'{{"text":"{text}",{meta[1:]}'.encode()
              for text, meta in zip(batch.texts(json=True), batch.metas)]
-    if batch.loss is None:
-        return jsons, ids, [_full_mask(n) for n in counts], counts
-    mask = np.repeat(batch.loss.astype(np.uint8), unit_counts)
-    masks = [npy_bytes(mask[a:b].tobytes(), "|u1", b - a)
-             for a, b in zip(ends.tolist(), ends[1:].tolist())]
-    return jsons, ids, masks, counts
+    return _Documents(ids, mask, np.diff(ends), jsons)
 
 
-def _token_members(tokenizer: CorpusTokenizer, doc: Document) -> tuple[bytes, bytes, int]:
-    """The document's `ids.npy` and `mask.npy` members and its number of tokens."""
+def _encoded(tokenizer: CorpusTokenizer, doc: Document) -> tuple[bytes, bytes | None]:
+    """The document's token ids (array bytes) and loss mask (uint8 bytes; None: all count)."""
     if doc.masked:
-        tokens, mask = tokenizer.encode_masked(doc.text, doc.masked)
-        n = tokenizer.count(tokens)
-        return npy_bytes(tokens, tokenizer.dtype, n), npy_bytes(mask, "|u1", n), n
-    tokens = tokenizer.encode_bytes(doc.text)
-    n = tokenizer.count(tokens)
-    return npy_bytes(tokens, tokenizer.dtype, n), _full_mask(n), n
+        return tokenizer.encode_masked(doc.text, doc.masked)
+    return tokenizer.encode_bytes(doc.text), None
+
+
+def _join(parts: list[_Documents]) -> _Documents:
+    if len(parts) == 1:
+        return parts[0]
+    masks = None if all(p.mask is None for p in parts) else [p.full_mask() for p in parts]
+    return _Documents(np.concatenate([p.ids for p in parts]),
+                      None if masks is None else np.concatenate(masks),
+                      np.concatenate([p.counts for p in parts]),
+                      [json for p in parts for json in p.jsons])
+
+
+def _npy_slices(array: np.ndarray, bounds: list[int]) -> list[bytes]:
+    """The `.npy` members of array[bounds[i]:bounds[i + 1]], one per i."""
+    data, item, dtype = memoryview(array.tobytes()), array.itemsize, array.dtype.str
+    return [npy_bytes(data[a * item : b * item], dtype, b - a)
+            for a, b in zip(bounds, bounds[1:])]
 
 
 @functools.lru_cache(maxsize=1 << 12)
 def _full_mask(n: int) -> bytes:
     """`mask.npy` of n tokens that all count, shared by the documents of that length."""
     return npy_bytes(b"\x01" * n, "|u1", n)
+
+
+def _single_samples(batches: Iterator[UnitBatch | list[Document]], tokenizer: CorpusTokenizer,
+                    position: int) -> Iterator[Samples]:
+    """A sample per document (docs_per_sample 1), from stream position `position` on."""
+    for batch in batches:
+        docs = _documents(tokenizer, batch)
+        bounds = docs.token_bounds().tolist()
+        masks = (list(map(_full_mask, docs.counts.tolist())) if docs.mask is None
+                 else _npy_slices(docs.mask, bounds))
+        keys = [f"{p:010d}" for p in range(position, position + len(docs))]
+        yield (keys, {"json": docs.jsons, "ids.npy": _npy_slices(docs.ids, bounds),
+                      "mask.npy": masks}, docs.counts)
+        position += len(docs)
+
+
+def _multi_samples(batches: Iterator[UnitBatch | list[Document]], tokenizer: CorpusTokenizer,
+                   position: int, per_sample: int) -> Iterator[Samples]:
+    """Samples of `per_sample` consecutive documents from stream position `position` on, the
+    last holding the remainder. A batch's documents wait in `held` until they fill samples."""
+    held: list[_Documents] = []
+    count = 0
+    for batch in batches:
+        held.append(_documents(tokenizer, batch))
+        count += len(held[-1])
+        if count >= per_sample:
+            docs = _join(held)
+            whole = count - count % per_sample
+            yield _grouped(docs, whole, per_sample, position)
+            held = [_rest(docs, whole)] if count > whole else []
+            count, position = count - whole, position + whole
+    if count:
+        yield _grouped(_join(held), count, per_sample, position)
+
+
+def _grouped(docs: _Documents, stop: int, per_sample: int, position: int) -> Samples:
+    """Documents [0, stop) of `docs` as samples of `per_sample` (the last may hold fewer), the
+    first document at stream position `position`."""
+    firsts = list(range(0, stop, per_sample)) + [stop]  # each sample's first document, the end
+    tokens = docs.token_bounds()[firsts].tolist()
+    members = {
+        # documents' objects joined as orjson.dumps joins a list's items: commas, no spaces
+        "json": [b"[" + b",".join(docs.jsons[a:b]) + b"]" for a, b in zip(firsts, firsts[1:])],
+        "ids.npy": _npy_slices(docs.ids, tokens),
+        "mask.npy": _npy_slices(docs.full_mask(), tokens),
+        LENGTHS: _npy_slices(docs.counts[:stop].astype(LENGTHS_DTYPE), firsts),
+    }
+    keys = [f"{position + first:010d}" for first in firsts[:-1]]
+    return keys, members, docs.counts[:stop]
+
+
+def _rest(docs: _Documents, start: int) -> _Documents:
+    """Documents [start, end) of `docs`."""
+    at = int(docs.counts[:start].sum())
+    return _Documents(docs.ids[at:], None if docs.mask is None else docs.mask[at:],
+                      docs.counts[start:], docs.jsons[start:])
 
 
 def build_eval_set(job: Job) -> dict:
