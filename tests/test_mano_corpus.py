@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
@@ -77,11 +78,46 @@ def test_the_vocabulary_names_each_token_once_in_a_fixed_order():
         "0", "1", "2", "3", "4", "=")
 
 
-def test_evaluation_by_hand():
-    # "- 9 15", "/ 3 15", "* + 3 21 + 9 15" over Z_23 ("+" is code 23, "-" 24, "*" 25, "/" 26)
-    codes = np.array([[24, 9, 15, -1, -1, -1, -1], [26, 3, 15, -1, -1, -1, -1],
-                      [25, 23, 3, 21, 23, 9, 15], [26, 4, 24, 2, 2, -1, -1]])
-    assert expressions.evaluate(codes, 23, 3).tolist() == [17, 14, 1, -1]
+def _shapes(ops: int) -> dict[str, float]:
+    """Every expression shape of `ops` operators ("o" an operator, "." a leaf, prefix order)
+    with its probability under the official recursion: l1 ~ U{0..ops-1} at every operator."""
+    if ops == 0:
+        return {".": 1.0}
+    return {"o" + a + b: p * q / ops for l1 in range(ops)
+            for a, p in _shapes(l1).items() for b, q in _shapes(ops - 1 - l1).items()}
+
+
+def _chi_square_p(counts: Counter, expected: dict[str, float]) -> float:
+    assert set(counts) <= set(expected)
+    total = sum(counts.values())
+    statistic = sum((counts[k] - total * p) ** 2 / (total * p) for k, p in expected.items())
+    return float(chi2.sf(statistic, len(expected) - 1))
+
+
+@pytest.mark.parametrize("ops", [3, 5])
+def test_shapes_follow_the_official_recursion_exactly(ops):
+    # 5 operators: all 42 shapes, each with its recursion probability (1/120 .. 1/20)
+    n = 60000
+    drawn = expressions.draw(7, np.arange(n), np.full(n, ops), "+-*", 23, 6)
+    shapes = Counter("".join("o" if c >= 23 else "." for c in row if c >= 0)
+                     for row in drawn.codes.tolist())
+    assert len(shapes) == len(_shapes(ops))
+    assert _chi_square_p(shapes, _shapes(ops)) > 1e-4
+
+
+def test_operators_synonyms_and_leaves_are_uniform_at_every_position():
+    # without "/" nothing is drawn again (with it, fewer "/" survive: no division by 0)
+    n, uniform_pairs = 40000, {(5 + k, s): 1 / 6 for k in range(3) for s in (0, 1)}
+    drawn = expressions.draw(11, np.arange(n), np.full(n, 4), "+-*", 5, 4)
+    codes, operator = drawn.codes, drawn.codes >= 5
+    assert operator[:, 0].all() and operator.sum(1).tolist() == [4] * n
+    root = Counter(zip(codes[:, 0].tolist(), drawn.synonym[:, 0].tolist()))
+    later = operator & (np.arange(9) > 0)
+    inner = Counter(zip(codes[later].tolist(), drawn.synonym[later].tolist()))
+    assert _chi_square_p(root, uniform_pairs) > 1e-4
+    assert _chi_square_p(inner, uniform_pairs) > 1e-4
+    for leaves in (codes[:, -1], codes[(codes < 5) & (np.arange(9) < 8)]):  # last, others
+        assert _chi_square_p(Counter(leaves.tolist()), {v: 1 / 5 for v in range(5)}) > 1e-4
 
 
 @pytest.mark.parametrize("ops", ["+-*", "+-*/"])

@@ -6,5 +6,5 @@ from corpus_gen.core.registry import Family, register
 from corpus_gen.mano import family
 from corpus_gen.mano.config import ManoConfig
 
-register(Family("mano", 1, ManoConfig, family.layout, family.records, family.eval_sets,
+register(Family("mano", 2, ManoConfig, family.layout, family.records, family.eval_sets,
                 batches=family.batches, vocabulary=family.vocabulary))

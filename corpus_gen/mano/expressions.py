@@ -2,13 +2,21 @@
 
 An expression of l operators is drawn as the official Mano generator's recursion draws it: an
 operator uniform among the configured ones, its left operand gets l1 ~ U{0..l-1} operators and
-its right operand the other l-1-l1, and a leaf is a number uniform over 0..p-1. The recursion
-runs as an explicit stack of pending operand sizes per expression, and all expressions of a batch
-advance together: step t writes token t (prefix order) of every unfinished expression. Step t's
-randomness is one 64-bit counter hash of (key, index, attempt, t), so an expression is a pure
-function of those four, whatever batch it is drawn in. Values come from a pass from the last
-token back to the first with a stack of values; "/" multiplies by the modular inverse, and an
-expression that divides by 0 anywhere is drawn again (next attempt), as is one in `avoid`.
+its right operand the other l-1-l1, and a leaf is a number uniform over 0..p-1. Expression i has
+a key from (key, index, attempt), and from it one 64-bit counter hash per operator (in prefix
+order: the low half draws its l1, the high half its operator and synonym) and one per two
+tokens (a half each: the token's number, if it is a leaf); 32-bit multiply-shift draws, bias
+below bound / 2**32. So an expression is a pure function of those three, whatever batch it is
+drawn in.
+
+The recursion walks the operators in prefix order with an explicit stack of right operands that
+hold operators (each one's size and first token), all expressions of a batch advancing together
+(step j places operator j of each); values come from the operators walked back from the last
+(an operator's operands come after it: the left one right after it, the right one after the
+left one's 2 l1 + 1 tokens). Expressions are handled most operators first, so the ones still
+running at step j are a prefix of the rows (views, not gathers). "/" multiplies by the modular
+inverse; an expression that divides by 0 anywhere is drawn again (next attempt), as is one in
+`avoid`.
 
 Codes: number v is code v, operator OPERATORS[k] is code p + k, PAD after the expression's end.
 """
@@ -18,20 +26,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus_gen.core.seeding import hash_u64, mix64
+from corpus_gen.core.words import hash_each
 from corpus_gen.mano.config import OPERATORS
 
 PAD = -1
+RETRIES = 4  # attempts drawn at once for an expression refused (division by 0, test instance)
 _U64 = np.uint64
+_LOW = np.uint64(0xFFFFFFFF)
+_MUL = OPERATORS.index("*")
 
 
 @dataclass
 class Expressions:
-    codes: np.ndarray  # (B, 2L+1) int64 codes in prefix order, PAD after the end
-    synonym: np.ndarray  # (B, 2L+1) int64: which of its two tokens an operator is written with
+    codes: np.ndarray  # (B, 2L+1) int32 codes in prefix order, PAD after the end
+    synonym: np.ndarray  # (B, 2L+1) int8: which of its two tokens an operator is written with
     value: np.ndarray  # (B,) int64 value mod p; -1 where the expression divides by 0
 
     def __len__(self) -> int:
         return len(self.value)
+
+    def rows(self, rows: np.ndarray) -> "Expressions":
+        return Expressions(self.codes[rows], self.synonym[rows], self.value[rows])
 
     def take(self, rows: np.ndarray, other: "Expressions") -> None:
         """Replace the expressions at `rows` by `other`'s, in order."""
@@ -43,96 +58,126 @@ def draw(key: int, index: np.ndarray, ops: np.ndarray, operators: str, modulus: 
          max_ops: int, avoid: np.ndarray | None = None) -> Expressions:
     """Expression `index[i]` of the stream `key`, with `ops[i]` operators among `operators`,
     never dividing by 0 and never with an instance hash (`instance_hashes`) in the sorted
-    `avoid`."""
+    `avoid`: the first attempt 0, 1, 2, ... that is neither."""
     index = np.asarray(index, dtype=np.int64)
     ops = np.asarray(ops, dtype=np.int64)
-    attempt = np.zeros(len(index), dtype=np.int64)
-    drawn = _draw_once(key, index, attempt, ops, operators, modulus, max_ops)
-    redo = _refused(drawn, avoid)
+    drawn = _draw_once(key, index, np.zeros(len(index), dtype=np.int64), ops, operators,
+                       modulus, max_ops)
+    redo = np.flatnonzero(_refused(drawn, avoid))
+    tried = 1  # attempts 0..tried-1 of the rows in `redo` are refused
     while redo.size:
-        attempt[redo] += 1
-        again = _draw_once(key, index[redo], attempt[redo], ops[redo], operators, modulus,
-                           max_ops)
-        drawn.take(redo, again)
-        redo = redo[_refused(again, avoid)]
+        # RETRIES attempts of each at once (rows redo[j] repeated): keep the first accepted
+        rows = np.repeat(redo, RETRIES)
+        attempts = tried + np.tile(np.arange(RETRIES), len(redo))
+        again = _draw_once(key, index[rows], attempts, ops[rows], operators, modulus, max_ops)
+        accepted = ~_refused(again, avoid).reshape(len(redo), RETRIES)
+        found = accepted.any(1)
+        first = np.flatnonzero(found) * RETRIES + accepted.argmax(1)[found]
+        drawn.take(redo[found], again.rows(first))
+        redo, tried = redo[~found], tried + RETRIES
     return drawn
 
 
 def _refused(drawn: Expressions, avoid: np.ndarray | None) -> np.ndarray:
-    """Rows to draw again: division by 0, or a test instance."""
+    """Whether each expression is to be drawn again: division by 0, or a test instance."""
     bad = drawn.value < 0
     if avoid is not None and avoid.size:
         hashes = instance_hashes(drawn.codes)
         at = np.minimum(np.searchsorted(avoid, hashes), avoid.size - 1)
         bad |= avoid[at] == hashes
-    return np.flatnonzero(bad)
+    return bad
 
 
 def _draw_once(key: int, index: np.ndarray, attempt: np.ndarray, ops: np.ndarray,
                operators: str, modulus: int, max_ops: int) -> Expressions:
     n, width = len(index), 2 * max_ops + 1
-    op_codes = modulus + np.array([OPERATORS.index(op) for op in operators], dtype=np.int64)
-    codes = np.full((n, width), PAD, dtype=np.int64)
-    synonym = np.zeros((n, width), dtype=np.int64)
-    pending = np.zeros((n, max_ops + 2), dtype=np.int64)  # operand sizes still to write
-    pending[:, 0] = ops
-    top = np.ones(n, dtype=np.int64)  # entries on each stack
-    doc = hash_u64(key, index)
-    for t in range(width):
-        live = np.flatnonzero(top > 0)
-        if not live.size:
-            break
-        # one 64-bit draw per step, read in mixed radix: leaf, operator, synonym, l1
-        h = mix64(doc[live] ^ mix64((attempt[live] << 8 | t).astype(_U64)))
-        top[live] -= 1
-        size = pending[live, top[live]]
-        leaf, h = (h % _U64(modulus)).astype(np.int64), h // _U64(modulus)
-        op, h = (h % _U64(len(operators))).astype(np.int64), h // _U64(len(operators))
-        syn, h = (h % _U64(2)).astype(np.int64), h // _U64(2)
-        left = (h % np.maximum(size, 1).astype(_U64)).astype(np.int64)
-        node = size > 0
-        codes[live, t] = np.where(node, op_codes[op], leaf)
-        synonym[live, t] = np.where(node, syn, 0)
-        # push the right operand, then the left one (written first)
-        rows, at = live[node], top[live[node]]
-        pending[rows, at] = size[node] - 1 - left[node]
-        pending[rows, at + 1] = left[node]
-        top[rows] += 2
-    return Expressions(codes, synonym, evaluate(codes, modulus, max_ops))
+    order = np.argsort(-ops, kind="stable")  # most operators first: those left are a prefix
+    sizes = ops[order]
+    running = np.searchsorted(-sizes, -np.arange(max_ops))  # per operator j: rows with l > j
+    # one 64-bit draw per operator (low half: l1, high half: operator and synonym), then one
+    # per two tokens (a half each: its number, if a leaf)
+    keys = hash_each(hash_u64(key, index[order]), attempt[order])[:, None]
+    h = hash_each(keys, np.arange(max_ops + (width + 1) // 2, dtype=_U64))
+    halves = h.view(np.uint32).reshape(n, -1, 2)  # little-endian: (low, high) of each draw
+    starts, rights = _shape(halves[:, :max_ops, 0], sizes, running)
+    # u * bound / 2**32 in float64 is exact (u * bound < 2**53): the multiply-shift draw
+    numbers = (halves[:, max_ops:].reshape(n, -1)[:, :width] * (modulus / 2 ** 32)).astype(
+        np.int64)
+    codes = np.where(np.arange(width) < (2 * sizes + 1)[:, None], numbers, PAD).astype(np.int32)
+    pick = (halves[:, :max_ops, 1] * (2 * len(operators) / 2 ** 32)).astype(np.int64)
+    kind = np.array([OPERATORS.index(op) for op in operators], dtype=np.int64)[pick >> 1]
+    rows, j = np.nonzero(np.arange(max_ops) < sizes[:, None])  # the operators
+    at = starts[rows, j]
+    codes[rows, at] = modulus + kind[rows, j]
+    synonym = np.zeros((n, width), dtype=np.int8)
+    synonym[rows, at] = pick[rows, j] & 1
+    value = _evaluate(codes, starts, rights, kind, modulus, running)
+    back = np.empty_like(order)
+    back[order] = np.arange(n)
+    return Expressions(codes[back], synonym[back], value[back])
 
 
-def evaluate(codes: np.ndarray, modulus: int, max_ops: int) -> np.ndarray:
-    """The value mod p of each prefix expression of `codes`, -1 where it divides by 0."""
-    n = len(codes)
-    inverse = np.array([pow(v, -1, modulus) if v else 0 for v in range(modulus)],
-                       dtype=np.int64)
-    values = np.zeros((n, max_ops + 2), dtype=np.int64)
-    top = np.zeros(n, dtype=np.int64)
+def _shape(low: np.ndarray, sizes: np.ndarray, running: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Where each operator's token is (prefix order) and where its right operand starts:
+    (n, L) int32 each, operator j of expressions sorted by `sizes` operators, most first;
+    running[j] of them have operator j (0 past an expression's operators)."""
+    n, max_ops = low.shape
+    starts = np.zeros((n, max_ops), dtype=np.int32)
+    rights = np.zeros((n, max_ops), dtype=np.int32)
+    # each expression's stack of right operands with operators still to write, flat: row r's
+    # from r * depth on; slot 0 a sentinel under the stack
+    depth = max_ops + 1
+    pending_size = np.zeros(n * depth, dtype=np.int64)
+    pending_start = np.zeros(n * depth, dtype=np.int64)
+    top = np.arange(n, dtype=np.int64) * depth + 1  # the next free slot
+    size, start = sizes.copy(), np.zeros(n, dtype=np.int64)  # operator j's subtree and token
+    for j in range(max_ops):
+        live = running[j]
+        size, start, top = size[:live], start[:live], top[:live]
+        split = (low[:live, j] * size) >> 32  # l1 ~ U{0..size-1} (uint32 * int64: int64)
+        right, right_start = size - 1 - split, start + 2 * split + 2
+        starts[:live, j], rights[:live, j] = start, right_start
+        # push the right operand if it has operators; go on with the left one if it has,
+        # else with the last operand pushed
+        pending_size[top], pending_start[top] = right, right_start
+        top = top + (right > 0)
+        has_left = split > 0
+        size = np.where(has_left, split, pending_size[top - 1])
+        start = np.where(has_left, start + 1, pending_start[top - 1])
+        top = top - ~has_left
+    return starts, rights
+
+
+def _evaluate(codes: np.ndarray, starts: np.ndarray, rights: np.ndarray, kind: np.ndarray,
+              modulus: int, running: np.ndarray) -> np.ndarray:
+    """The value mod p of each expression (-1 where it divides by 0): operators from the last
+    to the first (an operator's operands come after it), each reading its left operand's value
+    right after it and its right one at `rights`."""
+    n, width = codes.shape
+    # int32 while a product of two values fits (fewer bytes for every step to move)
+    dtype = np.int32 if (modulus - 1) ** 2 < 2 ** 31 else np.int64
+    values = codes.ravel().astype(dtype)  # a leaf's value is its code; operators' overwritten
+    base = np.arange(n, dtype=dtype)[:, None] * width
+    at, right = base + starts, base + rights  # flat
+    # "x op y" is x + y' for + and -, x * y' for * and /, y' = transform[op, y]
+    numbers = np.arange(modulus, dtype=dtype)
+    inverse = np.array([pow(v, -1, modulus) if v else modulus for v in range(modulus)], dtype)
+    transform = np.concatenate([numbers, (modulus - numbers) % modulus, numbers, inverse])
+    offset, product = (kind * modulus).astype(dtype), kind >= _MUL
     by_zero = np.zeros(n, dtype=bool)
-    for t in range(codes.shape[1] - 1, -1, -1):
-        code = codes[:, t]
-        number = np.flatnonzero((code >= 0) & (code < modulus))
-        values[number, top[number]] = code[number]
-        top[number] += 1
-        rows = np.flatnonzero(code >= modulus)
-        if not rows.size:
-            continue
-        # the left operand was pushed last
-        left, right = values[rows, top[rows] - 1], values[rows, top[rows] - 2]
-        kind = code[rows] - modulus
-        result = np.select([kind == 0, kind == 1, kind == 2],
-                           [left + right, left - right, left * right],
-                           left * inverse[right]) % modulus
-        by_zero[rows] |= (kind == 3) & (right == 0)
-        top[rows] -= 1
-        values[rows, top[rows] - 1] = result
-    return np.where(by_zero, -1, values[:, 0])
+    for j in range(starts.shape[1] - 1, -1, -1):
+        live = running[j]
+        a, b = values[at[:live, j] + 1], transform[offset[:live, j] + values[right[:live, j]]]
+        by_zero[:live] |= b == modulus  # y / 0
+        values[at[:live, j]] = np.where(product[:live, j], a * b, a + b) % modulus
+    return np.where(by_zero, -1, values[base[:, 0]].astype(np.int64))
 
 
 def instance_hashes(codes: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each expression with its synonyms collapsed (what a test instance
-    is): equal expressions hash equal; codes of the same width compare."""
-    h = np.zeros(len(codes), dtype=_U64)
-    for column in codes.T:
-        h = mix64(h ^ (column + 2).astype(_U64))
-    return h
+    is): equal expressions hash equal; codes of the same width compare. A polynomial in the
+    codes (one multiply-add per token), then mixed."""
+    powers = np.cumprod(np.full(codes.shape[1], 0x9E3779B97F4A7C15, dtype=_U64), dtype=_U64)
+    with np.errstate(over="ignore"):
+        return mix64((codes + 2).astype(_U64) @ powers)

@@ -85,12 +85,12 @@ def _test_instances(seed: int, max_ops: int, operators: str, modulus: int,
 
 
 def _token_ids(table: Tokens, drawn: expressions.Expressions, modulus: int) -> np.ndarray:
-    """(B, 2L+1) token ids of the expressions, -1 after each one's end."""
-    codes = drawn.codes
-    operator = codes >= modulus
-    ids = np.where(codes >= 0, table.number + codes, -1)
-    ids[operator] = table.operator[codes[operator] - modulus, drawn.synonym[operator]]
-    return ids
+    """(B, 2L+1) token ids of the expressions, -1 after each one's end: a lookup of
+    (code, synonym), PAD first."""
+    lookup = np.full((modulus + len(OPERATORS) + 1, 2), -1, dtype=np.int64)
+    lookup[1:modulus + 1] = (table.number + np.arange(modulus))[:, None]
+    lookup[modulus + 1:] = table.operator
+    return lookup.ravel()[(drawn.codes + 1) * 2 + drawn.synonym]
 
 
 def _documents(config: ManoConfig, table: Tokens, drawn: expressions.Expressions,
@@ -102,10 +102,17 @@ def _documents(config: ManoConfig, table: Tokens, drawn: expressions.Expressions
     docs[:, 0] = table.names.index(BOS)
     docs[:, 1] = table.length + ops - 1
     docs[:, 2:width + 2] = _token_ids(table, drawn, config.modulus)
-    rows, answer_at = np.arange(n), 2 * ops + 3
-    docs[rows, answer_at] = table.answer
-    docs[rows, answer_at + 1] = table.number + drawn.value
+    flat, answer_at = docs.ravel(), 2 * ops + 3
+    at = np.arange(n) * (width + 4) + answer_at
+    flat[at], flat[at + 1] = table.answer, table.number + drawn.value
     return docs, answer_at
+
+
+@functools.lru_cache(maxsize=16)
+def _metas(max_ops: int, modulus: int) -> np.ndarray:
+    """The meta of each (l, value), at (l - 1) * p + value."""
+    return np.array([f'{{"ops":{o},"value":{v}}}' for o in range(1, max_ops + 1)
+                     for v in range(modulus)], dtype=object)
 
 
 def batches(config: ManoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
@@ -115,18 +122,19 @@ def batches(config: ManoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
     avoid = _test_instances(config.seed, config.max_ops, config.operators(), config.modulus,
                             config.eval_samples)
     ops_key = derive_key(config.seed, "mano", "train", "ops")
+    metas = _metas(config.max_ops, config.modulus)
     for lo in range(start, stop, BLOCK):
         index = np.arange(lo, min(lo + BLOCK, stop))
         ops = randint(ops_key, index, config.max_ops) + 1  # l ~ U{1..L}
         drawn = _draw(config, "train", index, ops, avoid)
         docs, answer_at = _documents(config, table, drawn, ops)
-        present = docs >= 0
+        present = np.arange(docs.shape[1]) < (answer_at + 2)[:, None]
         ids = docs[present] - 1  # unit i is token i + 1
-        loss = (np.arange(docs.shape[1]) >= answer_at[:, None])[present].astype(np.uint8)
+        loss = (np.arange(docs.shape[1]) >= answer_at[:, None])[present].view(np.uint8)
         offsets = np.concatenate([[0], np.cumsum(2 * ops + 5)])
-        metas = [f'{{"ops":{o},"value":{v}}}'
-                 for o, v in zip(ops.tolist(), drawn.value.tolist())]
-        yield from UnitBatch(table.units, ids, offsets, metas, loss).chunks()
+        yield from UnitBatch(table.units, ids, offsets,
+                             metas[(ops - 1) * config.modulus + drawn.value].tolist(),
+                             loss).chunks()
 
 
 def records(config: ManoConfig, start: int, stop: int) -> Iterator[Record]:
