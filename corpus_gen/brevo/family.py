@@ -49,16 +49,22 @@ class Graphs:
     words: np.ndarray  # (B, N) each node's word code (-1 past n)
     query: np.ndarray  # (B,) the asked node
 
+    @property
+    def n(self) -> np.ndarray:
+        return self.dags.n
+
     def subset(self, rows: np.ndarray) -> "Graphs":
         dags = dag.Dags(self.dags.n[rows], self.dags.parents[rows], self.dags.depth[rows])
         return Graphs(self.keys[rows], dags, self.words[rows], self.query[rows])
 
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every edge as (graph, parent, child) positions, each graph's in random order."""
-        graph, child, slot = np.nonzero(self.dags.parents >= 0)
-        parent = self.dags.parents[graph, child, slot]
-        order = shuffled(self.keys, np.bincount(graph, minlength=len(self.keys)), _EDGES)
-        return graph[order], parent[order], child[order]
+        parents = self.dags.parents.ravel()  # (graph, child, slot) cells, graph-major
+        edge = parents >= 0
+        cell = np.flatnonzero(edge)
+        cell = cell[shuffled(self.keys, edge.reshape(len(self.keys), -1).sum(1), _EDGES)]
+        graph, child = np.divmod(cell // dag.MAX_DEGREE, self.dags.parents.shape[1])
+        return graph, parents[cell], child
 
     def hashes(self) -> np.ndarray:
         """Each instance's hash: its set of edges (parent word, child word), and its query."""
@@ -87,7 +93,7 @@ class Graphs:
 def graphs(config: BrevoConfig, keys: np.ndarray, n: np.ndarray) -> Graphs:
     """The graphs of n[i] nodes, each from its key: DAG, node words (in a random order), query."""
     dags = dag.draw(keys, n)
-    codes = config.lexicon.draw(keys, n, _WORDS)[shuffled(keys, n, _ORDER)]
+    codes = config.lexicon.draw_shuffled(keys, n, _WORDS, _ORDER)
     words = np.full(dags.depth.shape, -1, dtype=np.int64)
     words[np.arange(dags.depth.shape[1]) < n[:, None]] = codes
     return Graphs(keys, dags, words, dags.queries(keys, config.query == "last"))
@@ -111,22 +117,10 @@ def _test_hashes(config: BrevoConfig) -> np.ndarray:
 
 
 def _train_graphs(config: BrevoConfig, start: int, stop: int) -> Graphs:
-    """The training graphs at stream positions [start, stop). Drawn first as if none were a test
-    instance (a graph is drawn node by node: drawing the few of size max_n again to check them
-    would cost a whole pass); only if one is, the chunk goes the way of `word_tasks.avoid`."""
-    index = np.arange(start, stop)
-    key = derive_key(config.seed, "brevo", "train")
-    keys = word_tasks.doc_keys(key, index, np.zeros_like(index))
-    drawn = graphs(config, keys, _sizes(config, keys))
-    at_max = np.flatnonzero(drawn.dags.n == config.max_n)
-    if not len(at_max) or not np.isin(drawn.subset(at_max).hashes(), _test_hashes(config)).any():
-        return drawn
-    keys = word_tasks.avoid(
-        lambda attempts: word_tasks.doc_keys(key, index, attempts), stop - start, config.max_n,
-        lambda keys: _sizes(config, keys),
-        lambda keys: graphs(config, keys, np.full(len(keys), config.max_n)).hashes(),
+    return word_tasks.training_draw(
+        derive_key(config.seed, "brevo", "train"), start, stop, config.max_n,
+        lambda keys, n: graphs(config, keys, n), lambda keys: _sizes(config, keys),
         lambda: _test_hashes(config))
-    return graphs(config, keys, _sizes(config, keys))
 
 
 @dataclass
@@ -146,15 +140,17 @@ def documents(config: BrevoConfig, drawn: Graphs) -> Documents:
     starts, codes, marks, loss = items.offsets, items.codes, items.marks, items.loss
     tokens = _tokens(config)
     marks[starts[:-1]] = tokens[BOS]
-    at = starts[graph] + 1 + 2 * (np.arange(len(graph)) - (np.cumsum(listed) - listed)[graph])
-    codes[at], codes[at + 1] = drawn.words[graph, parent], drawn.words[graph, child]
+    words, width = drawn.words.ravel(), drawn.words.shape[1]  # flat: (graph, node) cells
+    # each graph's edges come together (edges() is graph-major): a run of items from 1 on
+    at = 2 * np.arange(len(graph)) + np.repeat(starts[:-1] + 1 - 2 * (np.cumsum(listed) - listed),
+                                               listed)
+    codes[at], codes[at + 1] = words[graph * width + parent], words[graph * width + child]
     at = starts[:-1] + 1 + 2 * listed  # "? q =>"
     marks[at], marks[at + 2] = tokens[QUERY], tokens[ANSWER]
-    codes[at + 1] = drawn.words[np.arange(count), drawn.query]
+    codes[at + 1] = words[np.arange(count) * width + drawn.query]
     loss[at + 2] = 1
-    at = (at + 3)[answer_graph] + np.arange(len(answer_graph)) - (np.cumsum(answers)
-                                                                  - answers)[answer_graph]
-    codes[at] = drawn.words[answer_graph, answer_node]
+    at = np.arange(len(answer_graph)) + np.repeat(at + 3 - (np.cumsum(answers) - answers), answers)
+    codes[at] = words[answer_graph * width + answer_node]
     loss[at] = 1
     return Documents(drawn, items, edges)
 

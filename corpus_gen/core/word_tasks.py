@@ -10,6 +10,7 @@ drawn again under the next attempt index (`avoid`), still a pure function of (se
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from corpus_gen.core.seeding import hash_u64
 from corpus_gen.core.words import Lexicon, hash_each
 
 MAX_ATTEMPTS = 64  # redraws of one document before the test set is said to cover training
+D = TypeVar("D", bound="Drawn")
 
 
 def doc_keys(stream_key: int, index: np.ndarray, attempt: np.ndarray) -> np.ndarray:
@@ -62,7 +64,7 @@ def avoid(keys_for: Callable[[np.ndarray], np.ndarray], count: int, max_n: int,
         suspects = suspects[sizes_of(keys[suspects]) == max_n]
         if not len(suspects):
             return keys
-        hits = suspects[np.isin(hashes_of(keys[suspects]), test())]
+        hits = suspects[among(hashes_of(keys[suspects]), test())]
         if not len(hits):
             return keys
         attempts[hits] += 1
@@ -71,6 +73,43 @@ def avoid(keys_for: Callable[[np.ndarray], np.ndarray], count: int, max_n: int,
                               "test set covers nearly every graph of size max_n; raise max_n or "
                               "the word space, or lower eval_samples")
         suspects = hits
+
+
+class Drawn(Protocol):
+    """A batch of drawn instances: their sizes, a subset of rows, and each one's hash."""
+
+    n: np.ndarray
+
+    def subset(self, rows: np.ndarray) -> "Drawn": ...
+
+    def hashes(self) -> np.ndarray: ...
+
+
+def training_draw(key: int, start: int, stop: int, max_n: int,
+                  draw: Callable[[np.ndarray, np.ndarray], D],
+                  sizes_of: Callable[[np.ndarray], np.ndarray],
+                  test: Callable[[], np.ndarray]) -> D:
+    """The training instances at stream positions [start, stop) of the stream `key`, `draw`n
+    from their keys and sizes. Drawn first as if none were a test instance (drawing those of
+    size max_n again only to check them costs as much as a call per batch); only if one is, the
+    keys go the way of `avoid` and the batch is drawn again."""
+    index = np.arange(start, stop)
+    keys = doc_keys(key, index, np.zeros_like(index))
+    drawn = draw(keys, sizes_of(keys))
+    at_max = np.flatnonzero(drawn.n == max_n)
+    if not len(at_max) or not among(drawn.subset(at_max).hashes(), test()).any():
+        return drawn
+    keys = avoid(lambda attempts: doc_keys(key, index, attempts), stop - start, max_n, sizes_of,
+                 lambda keys: draw(keys, np.full(len(keys), max_n)).hashes(), test)
+    return draw(keys, sizes_of(keys))
+
+
+def among(hashes: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Whether each hash is in the sorted `known` (a binary search: np.isin builds a table of
+    `known` on every call)."""
+    if not known.size:
+        return np.zeros(len(hashes), dtype=bool)
+    return known[np.minimum(np.searchsorted(known, hashes), known.size - 1)] == hashes
 
 
 _TEST_HASHES: dict[tuple, np.ndarray] = {}

@@ -24,6 +24,7 @@ END = "."  # the suffix of an end letter's name
 MAX_DOCUMENTS = 1 << 12  # documents drawn in one call (their index takes 12 bits of a sort key)
 MAX_ELEMENTS = 1 << 20  # elements of one document shuffled at once (20 bits)
 _TABLE_WORDS = 1 << 16  # lexicons up to this size are spelled from a table of every word
+_DENSE_CELLS = 1 << 22  # (document, code) cells up to which a batch finds first draws in a table
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's step: odd, so every counter differs
 
 
@@ -71,20 +72,25 @@ def hash_each(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
 
 def shuffled(keys: np.ndarray, sizes: np.ndarray, tag: int) -> np.ndarray:
     """Each document's elements 0..sizes[i]-1 in a random order (from its key and `tag`), as
-    indices into its elements back to back; documents stay in place. One sort of packed
+    indices into its elements back to back; documents stay in place. A sort of packed
     (document, 32 random bits, index) values: ties keep the index order, so a document's order
-    never depends on the others drawn with it."""
+    never depends on the others drawn with it. Documents all of one size sort as rows (a sort
+    per document: a few times faster than one sort of them all)."""
     if len(sizes) > MAX_DOCUMENTS or sizes.max(initial=0) > MAX_ELEMENTS:
         raise ValueError(f"shuffled: at most {MAX_DOCUMENTS} documents of {MAX_ELEMENTS} "
                          "elements at once")
     starts = np.cumsum(sizes) - sizes
-    docs = np.repeat(np.arange(len(sizes), dtype=np.uint64), sizes)
-    within = np.arange(int(sizes.sum()), dtype=np.uint64) - np.repeat(starts, sizes).astype(
-        np.uint64)
-    draws = hash_each(keys[docs.astype(np.int64)], within + np.uint64(tag << 40)) >> np.uint64(32)
-    packed = np.sort(docs << np.uint64(52) | draws << np.uint64(20) | within)
-    return (starts[(packed >> np.uint64(52)).astype(np.int64)]
-            + (packed & np.uint64(MAX_ELEMENTS - 1)).astype(np.int64))
+    first = np.repeat(starts, sizes)  # each element's document's first position
+    within = (np.arange(len(first)) - first).astype(np.uint64)
+    draws = hash_each(np.repeat(keys, sizes), within + np.uint64(tag << 40)) >> np.uint64(32)
+    packed = draws << np.uint64(20) | within
+    if len(sizes) and (sizes == sizes[0]).all():
+        packed = np.sort(packed.reshape(len(sizes), -1), axis=1).ravel()
+    else:
+        docs = np.repeat(np.arange(len(sizes), dtype=np.uint64), sizes)
+        packed = np.sort(docs << np.uint64(52) | packed)
+    # sorted by document first: each document's elements stay at its positions
+    return first + (packed & np.uint64(MAX_ELEMENTS - 1)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ class Lexicon:
     def draw(self, keys: np.ndarray, counts: np.ndarray, tag: int) -> np.ndarray:
         """Document i's first counts[i] distinct words of its stream of draws (length uniform,
         then letters uniform, as the official generators), as codes, documents back to back,
-        each document's in code order (callers shuffle them)."""
+        each document's in the order first drawn (callers shuffle them)."""
         counts = np.asarray(counts, dtype=np.int64)
         out = np.empty(int(counts.sum()), dtype=np.int64)
         starts = np.cumsum(counts) - counts
@@ -126,6 +132,22 @@ class Lexicon:
             out[starts[pending][docs[keep]] + rank[keep]] = codes[keep]
             pending, budget = pending[~done], budget * 2
         return out
+
+    def draw_shuffled(self, keys: np.ndarray, counts: np.ndarray, tag: int, order_tag: int
+                      ) -> np.ndarray:
+        """`draw`'s words, each document's in a random order (from `order_tag`). A lexicon of
+        one word length, small beside the batch, takes each document's first counts[i] words of
+        a random order of all its words: the first n distinct of uniform draws are a uniform
+        n-subset in a uniform order, and so are those (no redraw, no sort of draws, one
+        shuffle)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        if (self.min_len < self.max_len or len(keys) * self.size > _DENSE_CELLS
+                or self.size > MAX_ELEMENTS):
+            return self.draw(keys, counts, tag)[shuffled(keys, counts, order_tag)]
+        everything = np.full(len(keys), self.size)
+        codes = shuffled(keys, everything, order_tag) - np.repeat(np.arange(len(keys)) * self.size,
+                                                                  self.size)
+        return codes[np.tile(np.arange(self.size), len(keys)) < np.repeat(counts, self.size)]
 
     def _budget(self, counts: np.ndarray) -> np.ndarray:
         """Draws that give counts[i] distinct words with high probability: the expected number
@@ -157,28 +179,41 @@ class Lexicon:
         words = self._bases[lengths + 1] - self._bases[lengths]
         values = np.minimum(((u - lengths) * words).astype(np.int64), words - 1)
         codes = self._bases[lengths] + values
-        # the first draw of each (document, code): a sort of packed (document, code, draw),
-        # all different, so the order is the same whatever else is drawn at once
-        code_bits, draw_bits = (self.size - 1).bit_length(), int(budget.max()).bit_length()
-        if len(keys).bit_length() + code_bits + draw_bits > 64:
-            raise CorpusError(f"{self.size} possible words and {budget.max()} draws of a "
+        new = self._firsts(docs, codes, draw, int(budget.max(initial=0)), len(keys))
+        # the first draws counted in draw order: keep each document's first counts[i]
+        seen = np.cumsum(new)
+        ends = np.cumsum(budget)
+        before = np.r_[0, seen[ends[:-1] - 1]]
+        keep = new & (seen <= np.repeat(before + counts, budget))
+        return codes[keep], docs[keep], seen[ends - 1] - before
+
+    def _firsts(self, docs: np.ndarray, codes: np.ndarray, draw: np.ndarray, most: int,
+                count: int) -> np.ndarray:
+        """Whether each draw is its document's first of its code. A batch whose (document,
+        code) table is small enough marks, in the table, each cell's first draw (one unbuffered
+        minimum per draw: no sort); otherwise one sort of packed (document, code, draw), all
+        different, so the result never depends on what else is drawn at once."""
+        if count * self.size <= _DENSE_CELLS:
+            cells = docs * self.size + codes
+            dtype = np.int16 if most < 1 << 15 else np.int64
+            first = np.full(count * self.size, most, dtype=dtype)
+            np.minimum.at(first, cells, draw.astype(dtype))
+            return first[cells] == draw
+        code_bits, draw_bits = (self.size - 1).bit_length(), most.bit_length()
+        if count.bit_length() + code_bits + draw_bits > 64:
+            raise CorpusError(f"{self.size} possible words and {most} draws of a "
                               "document do not fit a 64-bit sort key; lower max_n or max_len")
         c, d = np.uint64(code_bits), np.uint64(draw_bits)
         packed = np.sort(docs.astype(np.uint64) << (c + d) | codes.astype(np.uint64) << d
                          | draw.astype(np.uint64))
         head = packed >> d
-        first = np.flatnonzero(np.r_[True, head[1:] != head[:-1]])
-        sorted_docs = (packed[first] >> (c + d)).astype(np.int64)
-        # back at their draws, the first draws counted in draw order: keep the first counts[i]
-        ends = np.cumsum(budget)
-        at = (ends - budget)[sorted_docs] + (packed[first] & ((1 << d) - 1)).astype(np.int64)
-        new = np.zeros(len(docs), dtype=np.int64)
-        new[at] = 1
-        seen = np.cumsum(new)
-        rank = seen[at] - 1 - np.r_[0, seen[ends[:-1] - 1]][sorted_docs]
-        keep = rank < counts[sorted_docs]
-        return ((head[first] & ((1 << c) - 1)).astype(np.int64)[keep], sorted_docs[keep],
-                np.bincount(sorted_docs, minlength=len(keys)))
+        first = packed[np.r_[True, head[1:] != head[:-1]]]
+        # back at their draws: the sorted order is document-major, as the draws are
+        at = np.searchsorted(docs, (first >> (c + d)).astype(np.int64)) + (
+            first & ((np.uint64(1) << d) - np.uint64(1))).astype(np.int64)
+        new = np.zeros(len(docs), dtype=bool)
+        new[at] = True
+        return new
 
     def lengths(self, codes: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._bases, codes, side="right") - 1 + self.min_len

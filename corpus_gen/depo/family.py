@@ -62,6 +62,12 @@ class Cycles:
         start = self.offsets[docs]
         return start + (position - start + steps) % self.n[docs]
 
+    def subset(self, rows: np.ndarray) -> "Cycles":
+        n = self.n[rows]
+        offsets = np.r_[0, np.cumsum(n)]
+        words = self.words[np.arange(offsets[-1]) + np.repeat(self.offsets[rows] - offsets[:-1], n)]
+        return Cycles(self.keys[rows], n, words, offsets)
+
     def hashes(self) -> np.ndarray:
         """Each cycle's hash up to rotation: its set of (word, successor) pairs."""
         every = np.arange(len(self.words))
@@ -71,10 +77,9 @@ class Cycles:
 
 def cycles(config: DepoConfig, keys: np.ndarray, n: np.ndarray) -> Cycles:
     """The cycles of n[i] distinct words, each from its key."""
-    words = config.lexicon.draw(keys, n, _WORDS)
-    # the words come in draw order (short ones first when lengths vary): shuffle into the cycle
-    order = shuffled(keys, n, _CYCLE)
-    return Cycles(keys, n, words[order], np.r_[0, np.cumsum(n)])
+    # each document's words in a random order: its cycle
+    words = config.lexicon.draw_shuffled(keys, n, _WORDS, _CYCLE)
+    return Cycles(keys, n, words, np.r_[0, np.cumsum(n)])
 
 
 def _sizes(config: DepoConfig, keys: np.ndarray) -> np.ndarray:
@@ -93,14 +98,10 @@ def _test_keys(config: DepoConfig, index: np.ndarray) -> np.ndarray:
     return word_tasks.doc_keys(derive_key(config.seed, "depo", "test"), index, np.zeros_like(index))
 
 
-def _train_keys(config: DepoConfig, start: int, stop: int) -> np.ndarray:
-    index = np.arange(start, stop)
-    key = derive_key(config.seed, "depo", "train")
-    n_max = np.full(stop - start, config.max_n)
-    return word_tasks.avoid(
-        lambda attempts: word_tasks.doc_keys(key, index, attempts), stop - start, config.max_n,
-        lambda keys: _sizes(config, keys),
-        lambda keys: cycles(config, keys, n_max[:len(keys)]).hashes(),
+def _train_cycles(config: DepoConfig, start: int, stop: int) -> Cycles:
+    return word_tasks.training_draw(
+        derive_key(config.seed, "depo", "train"), start, stop, config.max_n,
+        lambda keys, n: cycles(config, keys, n), lambda keys: _sizes(config, keys),
         lambda: _test_hashes(config))
 
 
@@ -143,14 +144,29 @@ def documents(config: DepoConfig, drawn: Cycles, queries: np.ndarray,
 def batches(config: DepoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
     tokens = _tokens(config)
     for lo in range(start, stop, BATCH):
-        keys = _train_keys(config, lo, min(lo + BATCH, stop))
-        n = _sizes(config, keys)
-        docs = documents(config, cycles(config, keys, n), np.minimum(n, config.queries), None)
-        hops, bounds = docs.hops.astype(str).tolist(), np.cumsum(np.minimum(n, config.queries))
-        metas = [f'{{"n":{size},"hops":[{",".join(hops[b - m:b])}]}}'
-                 for size, m, b in zip(n.tolist(), np.minimum(n, config.queries).tolist(),
-                                       bounds.tolist())]
-        yield docs.items.unit_batch(tokens, metas)
+        drawn = _train_cycles(config, lo, min(lo + BATCH, stop))
+        asked = np.minimum(drawn.n, config.queries)
+        docs = documents(config, drawn, asked, None)
+        yield docs.items.unit_batch(tokens, _metas(config, drawn.n, asked, docs.hops))
+
+
+def _metas(config: DepoConfig, n: np.ndarray, asked: np.ndarray, hops: np.ndarray
+           ) -> list[str]:
+    """Each document's meta, {"n":..,"hops":[..]}: one join of the batch's pieces, split at
+    the documents' ends (a format per document costs as much as drawing it)."""
+    ends = np.cumsum(asked)
+    heads = ends - asked + np.arange(len(n))  # where each document's pieces start
+    pieces = np.empty(len(n) + len(hops), dtype=object)
+    pieces[heads] = [f'{{"n":{size},"hops":[' for size in n.tolist()]
+    # a hop, then "," or, the document's last, its end
+    texts = np.array([f"{k}," for k in range(config.max_k + 1)]
+                     + [f"{k}]}}\n" for k in range(config.max_k + 1)], dtype=object)
+    last = np.zeros(len(hops), dtype=np.int64)
+    last[ends - 1] = config.max_k + 1
+    listed = np.ones(len(pieces), dtype=bool)
+    listed[heads] = False
+    pieces[listed] = texts[hops + last]
+    return "".join(pieces.tolist()).split("\n")[:-1]
 
 
 def records(config: DepoConfig, start: int, stop: int) -> Iterator[Record]:
