@@ -18,7 +18,7 @@ from trainer.checkpoint import checkpoint_weights, load_weights
 from trainer.engine import train
 from trainer.errors import TrainError
 from trainer.model import GPT, ModelConfig
-from trainer.model.canon import Canon, ShiftedSum, canon_inputs, canon_sites
+from trainer.model.canon import Canon, CanonConv, canon_inputs, canon_sites
 from trainer.model.config import model_config_from_dict
 from trainer.model.errors import ModelConfigError
 from trainer.model.positional_options import RopeOptions
@@ -82,7 +82,49 @@ def test_the_hand_written_backward_is_the_gradient_of_the_forward(kernel, packed
     w = torch.randn(3, kernel, dtype=torch.float64, requires_grad=True)
     for extra in (0.0, 1.0):
         assert torch.autograd.gradcheck(
-            lambda x, w, extra=extra: ShiftedSum.apply(x, w, inputs.crossing, extra), (x, w))
+            lambda x, w, extra=extra: CanonConv.apply(x, w, inputs.crossing(x), extra), (x, w))
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-doc"])
+def test_the_taps_that_read_across_a_row_or_document_are_listed(packed):
+    """Rows [0 0 | 1 1 1] and [0 0 0 0 0], kernel 3, as one sequence of 10 tokens: flat token 2
+    (a document's first) reads 1 and 0 of the document before, 3 reads 1; 5 (row 1's first)
+    reads 4 and 3 of row 0, 6 reads 4; token 0's taps read the zero padding, no token."""
+    docs = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
+    crossing = canon_inputs(3, 2, docs if packed else None, None).crossing(torch.zeros(2, 5, 1))
+    index, lag = ([2, 2, 3, 5, 5, 6], [1, 2, 2, 1, 2, 2]) if packed else ([5, 5, 6], [1, 2, 2])
+    assert crossing.index.tolist() == index and crossing.lag.tolist() == lag
+    assert crossing.token.tolist() == ([2, 3, 5, 6] if packed else [5, 6])
+    # their taps within their own document: 3 reads 2, 6 reads 5 (one place back)
+    assert crossing.source.tolist() == ([2, 5] if packed else [5])
+    assert crossing.source_lag.tolist() == ([1, 1] if packed else [1])
+    assert crossing.token[crossing.slot].tolist() == ([3, 6] if packed else [6])
+
+
+def test_no_output_changes_by_a_bit_when_another_row_or_document_does():
+    docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 0, 0, 0, 0, 0, 0, 1, 1]])
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 9, 5), torch.randn(5, 4)
+    changed = x.clone()
+    changed[0, :3] += 1  # row 0's first document
+    changed[0, 5:] -= 1  # its last: row 1 runs after it in CanonConv's one sequence
+    inputs = canon_inputs(4, 2, docs, None)
+    y, y_changed = (CanonConv.apply(v, w, inputs.crossing(v), 1.0) for v in (x, changed))
+    assert torch.equal(y[0, 3:5], y_changed[0, 3:5]) and torch.equal(y[1], y_changed[1])
+    assert (y[0, :3] != y_changed[0, :3]).all()  # the changed document itself does change
+
+
+@pytest.mark.parametrize("batch, length", [(1, 1), (1, 2), (3, 1), (2, 3), (1, 4)])
+def test_sequences_shorter_than_the_kernel_are_the_explicit_sum(batch, length):
+    torch.manual_seed(0)
+    x = torch.randn(batch, length, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    inputs = canon_inputs(4, batch, None, None)
+    got = CanonConv.apply(x, w, inputs.crossing(x), 0.0)
+    truth = explicit(x.detach(), w.detach()[:, None], torch.zeros(batch, length), False, False)
+    assert (got - truth).abs().max() < 1e-6  # explicit sums in float32
+    assert torch.autograd.gradcheck(
+        lambda x, w: CanonConv.apply(x, w, inputs.crossing(x), 1.0), (x, w))
 
 
 def test_the_convolution_starts_as_pytorchs_conv1d_and_gpt_init_leaves_it():

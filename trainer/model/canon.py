@@ -15,17 +15,19 @@ convolution over their concatenated channels, run part by part on slices of its 
 convolution is depthwise, so that is the same function without an activation-sized concat.
 
 Two implementations of one function (bench/bench_canon_cpu.py measured the choice): training
-and full passes run `ShiftedSum`, K in-place multiply-adds of shifted slices forward and
-backward (a third of the passes over the activations autograd makes of the same sum; F.conv1d's
-depthwise backward is slower still on CPU), where a tap that reaches into the previous packed
-document is taken back at the few tokens where it does. KV-cache steps and compiled graphs (whose
-compiler fuses the sum itself, and where those tokens' count would be a dynamic shape) run the
-plain sum with a mask per tap (`_masked_sum`).
+and full passes run `CanonConv`: the batch's rows as one sequence through one depthwise
+convolution call (oneDNN's channels-last kernel on CPU: one pass over the activations where K
+shifted multiply-adds make K), the few outputs whose taps reach into the previous row or
+document recomputed over their own document; backward, the input's gradient is the same
+convolution on the flipped taps and the taps' gradient one chunked accumulation over K-token
+windows (`_lagged_dot`). KV-cache steps and compiled graphs (whose compiler fuses the sum
+itself, and where the boundary tokens' count would be a dynamic shape) run the plain sum with
+a mask per tap (`_masked_sum`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -36,17 +38,51 @@ from trainer.model.kv_cache import KVCache
 
 
 @dataclass
+class Crossing:
+    """Where CanonConv's one convolution over a pass's B * T flattened tokens reads across a
+    boundary (the row before, or another document), by flat token index: `index` and `lag`
+    [n], each tap that does (the token `lag` places back, a token of x); `token` [U], each
+    token with such a tap; `slot`, `source` and `source_lag` [m], each tap j >= 1 of those
+    tokens that reads their own document (their first taps: the later ones reach past it): its
+    token's place in `token`, the token it reads, and j."""
+
+    index: Tensor
+    lag: Tensor
+    token: Tensor
+    slot: Tensor
+    source: Tensor
+    source_lag: Tensor
+
+
+@dataclass
 class CanonInputs:
     """What every Canon site of one forward pass shares: `same[j - 1]` [B or 1, T, 1] (bool) says
     whether the token j places back is in each new token's document (None: one document, and
-    no cached tokens before); `crossing[j - 1]` [n_j], the indices in the flattened [B * T]
-    tokens of those j places or more into their row whose tap j would read the previous
-    document (None: none anywhere, or a compiled or cached pass, which use `same`); the KV
-    cache while decoding."""
+    no cached tokens before); the KV cache while decoding; the pass's Crossing, worked out at
+    its first site."""
 
     same: list[Tensor] | None
-    crossing: list[Tensor] | None
     cache: KVCache | None
+    kernel: int
+    _crossing: dict[tuple[int, int], Crossing] = field(default_factory=dict)
+
+    def crossing(self, x: Tensor) -> Crossing:
+        """The Crossing of the tokens of x [B, T, C]."""
+        batch, length, _ = x.shape
+        if (batch, length) not in self._crossing:
+            lags = torch.arange(self.kernel, device=x.device)  # [K]
+            reads = torch.arange(length, device=x.device)[:, None] >= lags  # [T, K]: in the row
+            if self.same is not None:
+                reads = reads & torch.cat((torch.ones_like(self.same[0]), *self.same), -1)
+            reads = reads.expand(batch, length, self.kernel).reshape(-1, self.kernel)  # [N, K]
+            flat = torch.arange(batch * length, device=x.device)[:, None]
+            crosses = ~reads & (flat >= lags)  # [N, K]; before token 0: the zero padding
+            index, lag = crosses.nonzero(as_tuple=True)
+            token = crosses.any(-1).nonzero()[:, 0]
+            slot, own = (reads[token] & (lags > 0)).nonzero(as_tuple=True)
+            self._crossing[batch, length] = Crossing(index, lag, token, slot, token[slot] - own,
+                                                     own)
+        return self._crossing[batch, length]
 
 
 def canon_inputs(kernel: int, batch: int, doc: Tensor | None, cache: KVCache | None
@@ -54,7 +90,7 @@ def canon_inputs(kernel: int, batch: int, doc: Tensor | None, cache: KVCache | N
     """The shared inputs of a pass over `batch` rows of new tokens of document ids `doc` ([B or
     1, T], None: one document); with a cache, its `extend` has already recorded them."""
     if doc is None:
-        return CanonInputs(None, None, cache)
+        return CanonInputs(None, cache, kernel)
     length, back = doc.shape[1], kernel - 1
     earlier = torch.full((doc.shape[0], back), -1, dtype=doc.dtype, device=doc.device)
     if cache is not None:  # the cached tokens just before the new ones, right-aligned
@@ -64,60 +100,83 @@ def canon_inputs(kernel: int, batch: int, doc: Tensor | None, cache: KVCache | N
     docs = torch.cat((earlier, doc.expand(earlier.shape[0], -1)), 1)  # [B, K-1+T]
     now = docs[:, back:]
     same = [(docs[:, back - j:back - j + length] == now)[..., None] for j in range(1, kernel)]
-    if cache is not None or torch.compiler.is_compiling():
-        return CanonInputs(same, None, cache)
-    return CanonInputs(same, [_crossing(same[j - 1], j, batch) for j in range(1, kernel)], cache)
+    return CanonInputs(same, cache, kernel)
 
 
-def _crossing(same: Tensor, j: int, batch: int) -> Tensor:
-    """The flat indices of the tokens t >= j whose tap j reads another document (those before j
-    ShiftedSum gives no tap j at all)."""
-    rows, tokens = (~same[:, j:, 0]).expand(batch, -1).nonzero(as_tuple=True)
-    return rows * same.shape[1] + tokens + j
-
-
-class ShiftedSum(torch.autograd.Function):
-    """z_t = sum_j w[:, K-1-j] * x_(t-j) + extra * x_t over the tokens of each row (none before
-    its start), for x [B, T, C] and w [C, K]; tap j of the tokens in `crossing[j - 1]` is taken
-    back. Forward and backward are in-place multiply-adds on shifted slices."""
+class CanonConv(torch.autograd.Function):
+    """z_n = sum_j w[:, K-1-j] * x_(n-j) + extra * x_n over the taps of x [B, T, C] that read
+    their own row and document, for w [C, K]. The B rows run as one sequence of B * T tokens:
+    one convolution call (`_correlate`), whose outputs at the tokens of `crossing` are then
+    recomputed from their own taps alone (so no output depends on another document's tokens,
+    bit for bit); backward, the gradients the crossing taps sent are taken back."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, crossing: list[Tensor] | None, extra: float
-                ) -> Tensor:
-        x = x.contiguous()  # a no-op at every site: each input is a fresh activation
-        back, flat_x = w.shape[1] - 1, x.view(-1, x.shape[-1])
-        z = x * (w[:, back] + extra)
-        for j in range(1, back + 1):
-            z[:, j:].addcmul_(x[:, :-j], w[:, back - j])
-            if crossing is not None:
-                taken = flat_x.index_select(0, crossing[j - 1] - j) * w[:, back - j]
-                z.view(-1, z.shape[-1]).index_add_(0, crossing[j - 1], taken, alpha=-1)
-        ctx.save_for_backward(x, w)
-        ctx.crossing, ctx.extra = crossing, extra
-        return z
+    def forward(ctx, x: Tensor, w: Tensor, crossing: Crossing, extra: float) -> Tensor:
+        dtype = torch.promote_types(x.dtype, w.dtype)  # what x * w would be
+        flat = x.contiguous().view(-1, x.shape[-1]).to(dtype)  # [N, C]; a fresh activation: a view
+        taps = w.detach().to(dtype, copy=True)  # [C, K]
+        taps[:, -1] += extra
+        z = _correlate(flat, taps)[:flat.shape[0]]  # [N, C]
+        if crossing.token.numel():  # those tokens' sums again, over their own document alone
+            back, taps_t = taps.shape[1] - 1, taps.t().contiguous()  # [K, C]
+            own = flat.index_select(0, crossing.token) * taps_t[back]  # [U, C]: tap 0
+            own.index_add_(0, crossing.slot, flat.index_select(0, crossing.source)
+                           * taps_t.index_select(0, back - crossing.source_lag))
+            z.index_copy_(0, crossing.token, own)
+        ctx.save_for_backward(flat, taps)
+        ctx.crossing, ctx.shape, ctx.dtypes = crossing, x.shape, (x.dtype, w.dtype)
+        return z.view(x.shape)
 
     @staticmethod
     def backward(ctx, dz: Tensor) -> tuple[Tensor, Tensor, None, None]:
-        x, w = ctx.saved_tensors
-        dz = dz.contiguous()  # once, for the passes below and the flat indexing
-        back, width = w.shape[1] - 1, w.shape[0]
-        dx = dz * (w[:, back] + ctx.extra)
-        dw = torch.empty_like(w)
-        dw[:, back] = _dot(dz, x)
-        for j in range(1, back + 1):
-            dx[:, :-j].addcmul_(dz[:, j:], w[:, back - j])
-            dw[:, back - j] = _dot(dz[:, j:], x[:, :-j])
-            if ctx.crossing is not None:
-                crossing = ctx.crossing[j - 1]
-                taken = dz.view(-1, width).index_select(0, crossing)  # [n_j, C]
-                dx.view(-1, width).index_add_(0, crossing - j, taken * w[:, back - j], alpha=-1)
-                dw[:, back - j] -= (taken * x.view(-1, width).index_select(0, crossing - j)).sum(0)
-        return dx, dw, None, None
+        flat, taps = ctx.saved_tensors
+        dz = dz.contiguous().view(flat.shape)
+        back = taps.shape[1] - 1
+        dx = _correlate(dz, taps.flip(1))[back:]  # [N, C]: token n + j's tap j sends to n
+        dw = _lagged_dot(dz, flat, taps.shape[1])  # [K, C]
+        index, lag = ctx.crossing.index, ctx.crossing.lag
+        sent = dz.index_select(0, index)  # [n, C]
+        taps_t = taps.t().contiguous()  # [K, C]
+        dx.index_add_(0, index - lag, sent * taps_t.index_select(0, back - lag), alpha=-1)
+        taken = sent * flat.index_select(0, index - lag)
+        dw.index_add_(0, back - lag, taken.to(dw.dtype), alpha=-1)
+        return dx.view(ctx.shape).to(ctx.dtypes[0]), dw.t().to(ctx.dtypes[1]), None, None
 
 
-def _dot(a: Tensor, b: Tensor) -> Tensor:
-    """sum over rows and tokens of a * b, per channel: [B, T, C] -> [C]."""
-    return torch.linalg.vecdot(a, b, dim=1).sum(0)
+def _correlate(x: Tensor, taps: Tensor) -> Tensor:
+    """out_m = sum_k taps[:, k] * x_(m+k-K+1) (zero outside x) for m in 0..N+K-2, x [N, C]:
+    [N+K-1, C]. x is, without a copy, a channels-last image [1, C, 1, N], for which oneDNN's
+    depthwise kernel is one pass over the activations on CPU (per-tap slices take K)."""
+    width, kernel = taps.shape
+    image = x[None].permute(0, 2, 1).unsqueeze(2)  # [1, C, 1, N]
+    out = F.conv2d(image, taps.view(width, 1, 1, kernel), padding=(0, kernel - 1),
+                   groups=width)  # [1, C, 1, N+K-1]
+    return out[0, :, 0].t().contiguous()  # a no-op where the output is channels-last
+
+
+_CHUNK = 1 << 18  # elements of the accumulator: it stays in cache while every window is added
+
+
+def _lagged_dot(dz: Tensor, x: Tensor, kernel: int) -> Tensor:
+    """[K, C]: row k = sum_n dz_n * x_(n+k-K+1) (zero before x) for dz, x [N, C], the gradient
+    of the taps. dz_n times x's K-token window ending at n, accumulated chunk by chunk into
+    one buffer of windows: the two activations are read once, with no product written out."""
+    back = kernel - 1
+    head = min(back, x.shape[0])  # tokens whose window starts before x: a small padded copy
+    padded = torch.cat((x.new_zeros(back, x.shape[1]), x[:head]))
+    dw = _window_sum(dz[:head], padded, kernel)
+    return dw if x.shape[0] <= back else dw + _window_sum(dz[head:], x, kernel)
+
+
+def _window_sum(dz: Tensor, x: Tensor, kernel: int) -> Tensor:
+    """sum_m dz_m * x_(m..m+K-1) over the m < len(dz) of the windows of x: [K, C]."""
+    width, dtype = x.shape[1], torch.promote_types(x.dtype, torch.float32)
+    windows = x.unfold(0, kernel, 1).transpose(1, 2)[:dz.shape[0]]  # [M, K, C], a view
+    rows = max(1, min(dz.shape[0], _CHUNK // (kernel * width)))
+    acc = dz.new_zeros(rows, kernel, width, dtype=dtype)
+    for part, window in zip(dz[:, None].split(rows), windows.split(rows)):
+        (acc if part.shape[0] == rows else acc[:part.shape[0]]).addcmul_(part, window)
+    return acc.sum(0)
 
 
 class Canon(nn.Conv1d):
@@ -141,7 +200,7 @@ class Canon(nn.Conv1d):
         # pass over the activations less, forward and backward
         folded = self.residual and not self.activation
         if inputs.cache is None and not torch.compiler.is_compiling():
-            y = ShiftedSum.apply(x, w, inputs.crossing, 1.0 if folded else 0.0)
+            y = CanonConv.apply(x, w, inputs.crossing(x), 1.0 if folded else 0.0)
         else:
             y = _masked_sum(x, w, inputs, key, 1.0 if folded else 0.0)
         if self.activation:
@@ -151,7 +210,7 @@ class Canon(nn.Conv1d):
 
 def _masked_sum(x: Tensor, w: Tensor, inputs: CanonInputs, key: tuple[int, str], extra: float
                 ) -> Tensor:
-    """ShiftedSum's function as plain tensor ops, each tap masked by `inputs.same`; with a KV
+    """CanonConv's function as plain tensor ops, each tap masked by `inputs.same`; with a KV
     cache the inputs before the new tokens are its state, which it keeps up to date."""
     batch, length, width = x.shape
     back = w.shape[1] - 1
