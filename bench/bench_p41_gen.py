@@ -44,7 +44,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], int, int]] = {
     "depo2": ("depo2.yaml", ("max_n=125", "max_k=16"), 40_000, 300),
     "brevo1": ("brevo1.yaml", ("max_n=110",), 40_000, 300),
     "brevo2": ("brevo2.yaml", ("max_n=50",), 40_000, 300),
-    "mano": ("mano.yaml", ("max_ops=10",), 300_000, 5_000),
+    "mano": ("mano.yaml", ("max_ops=10",), 1_000_000, 5_000),
 }
 
 

@@ -13,7 +13,7 @@ from trainer.data import PackedBatches
 from trainer.determinism import deterministic_kernels
 from trainer.engine import data_options, model_for_corpus, train
 from trainer.model import GPT
-from trainer.model.config import model_config_from_dict
+from trainer.model.config import ModelConfig, model_config_from_dict
 from trainer.run_dir import read_metrics
 
 
@@ -34,22 +34,30 @@ def test_compiled_logits_and_gradients_equal_eager_with_packed_documents(train_c
     batch = next(iter(PackedBatches(train_corpus, data_options(cfg.train))))
     assert batch["doc_ids"].max() > batch["doc_ids"].min()  # documents packed in the window
     config = model_for_corpus(cfg.model, cfg.train, read_manifest(train_corpus))
+    inputs = batch["input_ids"], batch["position_ids"], batch["doc_ids"]
+    eager, want = assert_compiled_equals_eager(config, inputs)
+    # the batch puts the document mask to work: without it the logits differ
+    assert (eager(batch["input_ids"], batch["position_ids"]) - want).abs().max() > 1e-3
+
+
+def assert_compiled_equals_eager(config: ModelConfig, inputs: tuple[torch.Tensor, ...]
+                                 ) -> tuple[GPT, torch.Tensor]:
+    """A fresh model (seed 0) and its compiled twin give the same logits and gradients (within
+    1e-5); returns the eager model, its gradients set, and its logits."""
     torch.manual_seed(0)
     eager = GPT(config).train()
     compiled = GPT(config).train()
     compiled.load_state_dict(eager.state_dict())
     compiled.compile()
-    inputs = batch["input_ids"], batch["position_ids"], batch["doc_ids"]
     want = eager(*inputs)
-    with deterministic_kernels(True):
+    with deterministic_kernels(True):  # as the engine runs a compiled model on CPU
         got = compiled(*inputs)
         assert (got - want).abs().max() < 1e-5
         want.square().mean().backward()
         got.square().mean().backward()
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
         assert (q.grad - p.grad).abs().max() < 1e-5, name
-    # the batch puts the document mask to work: without it the logits differ
-    assert (eager(batch["input_ids"], batch["position_ids"]) - want).abs().max() > 1e-3
+    return eager, want
 
 
 def test_compiled_learned_positions_refuse_positions_beyond_ctx():
