@@ -5,9 +5,16 @@ import numpy as np
 
 from corpus_gen.core.records import UnitBatch, Units, batch_records, document
 from corpus_gen.core.vocabulary import Vocabulary
-from corpus_gen.core.write import _members
+from corpus_gen.core.write import _documents
 
 NAMES = ("<eos>", "a", "bb", "=>", "ccc")
+
+
+def _masks(tokenizer, batch) -> list[list[int]]:
+    """Each document's loss mask as the shard writer lays it out."""
+    docs = _documents(tokenizer, batch)
+    bounds = docs.token_bounds().tolist()
+    return [docs.full_mask()[a:b].tolist() for a, b in zip(bounds, bounds[1:])]
 
 
 def _batch(loss):
@@ -21,20 +28,15 @@ def test_unit_loss_flags_become_the_token_mask_and_the_record_spans():
     vocabulary = Vocabulary(NAMES, "test")
     loss = np.array([0, 0, 1, 1, 0, 1, 1], dtype=np.uint8)
     batch = _batch(loss)
-    _, _, masks, counts = _members(vocabulary, batch)
-    assert counts == [4, 3]
-    got = [np.frombuffer(m[-n:], dtype=np.uint8).tolist() for m, n in zip(masks, counts)]
-    assert got == [[0, 0, 1, 1], [0, 1, 1]]
+    masks = _masks(vocabulary, batch)
+    assert masks == [[0, 0, 1, 1], [0, 1, 1]]
     records = batch_records(batch)
     assert records[0].text == "a bb => ccc" and records[0].masked == ((0, 1), (2, 4))
     assert records[1].masked == ((0, 2),)
-    # the Record path writes the same members
-    _, _, record_masks, _ = _members(vocabulary, [document(r) for r in records])
-    assert list(record_masks) == masks
+    # the Record path writes the same masks
+    assert _masks(vocabulary, [document(r) for r in records]) == masks
 
 
 def test_without_flags_every_token_counts():
-    _, _, masks, counts = _members(Vocabulary(NAMES, "test"), _batch(None))
-    assert [np.frombuffer(m[-n:], dtype=np.uint8).tolist() for m, n in zip(masks, counts)] == [
-        [1] * 4, [1] * 3]
+    assert _masks(Vocabulary(NAMES, "test"), _batch(None)) == [[1] * 4, [1] * 3]
     assert [r.masked for r in batch_records(_batch(None))] == [(), ()]
