@@ -16,24 +16,25 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_p41_gen import CASES as CORPORA
 
 from corpus_gen.core.config import load_config
 from corpus_gen.core.registry import get_family, schemas
 
 ROOT = Path(__file__).resolve().parent.parent
-# case -> (corpus config, its size keys, samples per round, target samples/s)
-CASES: dict[str, tuple[str, tuple[str, ...], int, int]] = {
-    "depo1": ("depo1.yaml", ("max_n=375", "max_k=8"), 20_000, 15_000),
-    "depo2": ("depo2.yaml", ("max_n=125", "max_k=16"), 50_000, 50_000),
-    "brevo1": ("brevo1.yaml", ("max_n=110",), 50_000, 45_000),
-    "brevo2": ("brevo2.yaml", ("max_n=50",), 50_000, 65_000),
-    "mano": ("mano.yaml", ("max_ops=10",), 300_000, 600_000),
+# case -> (samples per round, target samples/s); the corpus and its sizes are bench_p41_gen's
+CASES: dict[str, tuple[int, int]] = {
+    "depo1": (20_000, 15_000),
+    "depo2": (50_000, 50_000),
+    "brevo1": (50_000, 45_000),
+    "brevo2": (50_000, 65_000),
+    "mano": (300_000, 600_000),
 }
 
 
 def draw_seconds(case: str, samples: int, start: int) -> tuple[float, float]:
     """(wall, CPU) seconds to draw `samples` training documents from stream position `start`."""
-    config_file, sizes, _, _ = CASES[case]
+    config_file, sizes, _, _ = CORPORA[case]
     config = load_config(ROOT / "configs/corpus" / config_file,
                          [*sizes, f"samples={start + samples}"], schemas())
     family = get_family(config.family)
@@ -54,7 +55,7 @@ def main() -> None:
     print("| case | samples/round | wall samples/s | CPU samples/s | target | met |")
     print("|---|---:|---:|---:|---:|---|")
     for case in args.cases.split(","):
-        samples, target = max(1, round(CASES[case][2] * args.scale)), CASES[case][3]
+        samples, target = max(1, round(CASES[case][0] * args.scale)), CASES[case][1]
         draw_seconds(case, 1, 0)  # warm-up: per-process tables
         times = [draw_seconds(case, samples, 1 + r * samples) for r in range(args.rounds)]
         wall = samples / statistics.median(t[0] for t in times)
