@@ -187,12 +187,8 @@ def _rows(config: BrevoConfig) -> Iterator[dict]:
                                             config.lexicon.readable(drawn.words[graph, child]))]
         queries = config.lexicon.readable(drawn.words[np.arange(len(index)), drawn.query])
         edge_bounds = np.r_[0, np.cumsum(np.bincount(graph, minlength=len(index)))].tolist()
-        spelled = docs.items.spell(_tokens(config))
-        bounds = spelled.offsets.tolist()
-        for i, row in enumerate(index.tolist()):
-            ids = spelled.ids[bounds[i]:bounds[i + 1]]
-            answer = int(spelled.loss[bounds[i]:bounds[i + 1]].sum()) - 1  # after "=>"
-            yield {"id": row, "prompt": ids[:-answer].tolist(), "answer": ids[-answer:].tolist(),
-                   "text": " ".join(names[ids].tolist()), "n": config.max_n,
+        rows = docs.items.spell(_tokens(config)).answer_rows(names)
+        for i, (row, common) in enumerate(zip(index.tolist(), rows)):
+            yield {"id": row, **common, "n": config.max_n,
                    "query": queries[i], "depth": int(drawn.dags.depth[i, drawn.query[i]]),
                    "edges": edges[edge_bounds[i]:edge_bounds[i + 1]]}

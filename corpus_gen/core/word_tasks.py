@@ -8,7 +8,7 @@ and any shard or worker count writes the same bytes. A training draw that hits a
 drawn again under the next attempt index (`avoid`), still a pure function of (seed, i).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -180,6 +180,17 @@ class Spelled:
     ids: np.ndarray
     loss: np.ndarray
     offsets: np.ndarray
+
+    def answer_rows(self, names: np.ndarray) -> Iterator[dict]:
+        """Each document as an eval row's common fields: `prompt` (ids through the answer
+        marker), `answer` (the ids after it: the loss covers the marker and the answer) and
+        `text` (every token's name from `names`, joined by spaces)."""
+        bounds = self.offsets.tolist()
+        for a, b in zip(bounds, bounds[1:]):
+            ids = self.ids[a:b]
+            answer = int(self.loss[a:b].sum()) - 1  # the tokens after the answer marker
+            yield {"prompt": ids[:-answer].tolist(), "answer": ids[-answer:].tolist(),
+                   "text": " ".join(names[ids].tolist())}
 
 
 @dataclass

@@ -192,12 +192,8 @@ def _rows(config: DepoConfig) -> Iterator[dict]:
         edges = [list(pair) for pair in zip(config.lexicon.readable(drawn.words[listed]),
                                             config.lexicon.readable(
                                                 drawn.words[drawn.ahead(listed, 1)]))]
-        spelled = docs.items.spell(_tokens(config))
-        bounds = spelled.offsets.tolist()
-        for i, row in enumerate(index.tolist()):
-            ids = spelled.ids[bounds[i]:bounds[i + 1]]
-            answer = int(spelled.loss[bounds[i]:bounds[i + 1]].sum()) - 1  # after "=>"
-            yield {"id": row, "prompt": ids[:-answer].tolist(), "answer": ids[-answer:].tolist(),
-                   "text": " ".join(names[ids].tolist()), "n": config.max_n,
+        rows = docs.items.spell(_tokens(config)).answer_rows(names)
+        for i, (row, common) in enumerate(zip(index.tolist(), rows)):
+            yield {"id": row, **common, "n": config.max_n,
                    "k": int(docs.hops[i]), "query": words[docs.queries[i]],
                    "edges": edges[drawn.offsets[i]:drawn.offsets[i + 1]]}

@@ -1,6 +1,7 @@
-"""What the Part 4.1 tasks (depo, brevo, mano) share: their common options, their eval rows
-read and checked, greedy answers generated in batches with the KV cache, the "largest level
-solved" rule, the generations log and the accuracy-per-level plot.
+"""What the Part 4.1 tasks (depo, brevo, mano) share: their common options (and the threshold of
+the two that report a level solved), their eval rows read and checked, greedy answers generated
+in batches with the KV cache, the "largest level solved" rule, the generations log and the
+accuracy-per-level plot.
 
 A row of these sets (see corpus_gen/depo, brevo, mano) holds `prompt` (token ids from `<bos>`
 through the answer marker) and `answer` (token ids, no EOS) besides the task's own fields; the
@@ -35,9 +36,16 @@ class AnswerOptions:
         require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
 
 
-def check_threshold(threshold: float) -> None:
-    require(math.isfinite(threshold) and 0 < threshold <= 1, "threshold", threshold,
-            "must be in (0, 1]")
+@dataclass
+class LevelOptions(AnswerOptions):
+    """A task that reports the largest level solved (depo's depth, mano's length)."""
+
+    threshold: float = 0.9  # accuracy a level must reach to count as solved
+
+    def validate(self) -> None:
+        super().validate()
+        require(math.isfinite(self.threshold) and 0 < self.threshold <= 1, "threshold",
+                self.threshold, "must be in (0, 1]")
 
 
 def load_rows(context: EvalContext, name: str, fields: dict[str, type], max_rows: int,

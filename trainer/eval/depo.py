@@ -22,8 +22,7 @@ from pathlib import Path
 from corpus_gen.core.config import require
 from corpus_gen.core.words import split_words
 from trainer.eval.answers import (
-    AnswerOptions,
-    check_threshold,
+    LevelOptions,
     generate_answers,
     largest_solved,
     load_rows,
@@ -40,15 +39,13 @@ _FIELDS = {"n": int, "k": int, "query": str, "edges": list}
 
 
 @dataclass
-class DepoOptions(AnswerOptions):
+class DepoOptions(LevelOptions):
     """The experiment's `eval.depo` group."""
 
-    threshold: float = 0.9  # accuracy a k must reach to count as solved (`depth`)
     max_new_tokens: int = 8  # tokens generated to find the answer word
 
     def validate(self) -> None:
         super().validate()
-        check_threshold(self.threshold)
         require(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be >= 1")
 
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.eval.answers import (
-    AnswerOptions,
-    check_threshold,
+    LevelOptions,
     generate_answers,
     largest_solved,
     load_rows,
@@ -38,14 +37,8 @@ _FIELDS = {"ops": int, "expression": str, "value": int}
 
 
 @dataclass
-class ManoOptions(AnswerOptions):
+class ManoOptions(LevelOptions):
     """The experiment's `eval.mano` group."""
-
-    threshold: float = 0.9  # accuracy an l must reach to count as solved (`length`)
-
-    def validate(self) -> None:
-        super().validate()
-        check_threshold(self.threshold)
 
 
 def verdict(generated: list[str] | None, answer: list[str]) -> str | None:
