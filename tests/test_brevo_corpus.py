@@ -19,7 +19,13 @@ from corpus_gen.core.registry import get_family
 from corpus_gen.core.shards import read_shard
 from corpus_gen.core.words import is_word_end
 from launch.cli import main
-from tests.integer_task_corpus import eval_rows, family_config, readable_words, training_records
+from tests.integer_task_corpus import (
+    assert_independent_of_workers_and_shard_size,
+    eval_rows,
+    family_config,
+    readable_words,
+    training_records,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -253,22 +259,10 @@ def test_documents_are_the_same_whatever_the_range_drawn():
     assert other != whole[:50]
 
 
-def _shard_contents(out: Path, manifest: dict) -> list[tuple[bytes, bytes, str]]:
-    return [(s["ids"].tobytes(), s["mask"].tobytes(), json.dumps(s["json"]))
-            for shard in manifest["shards"] for s in read_shard(out / shard["name"])]
-
-
 def test_shards_hold_the_same_documents_whatever_the_shard_size_or_workers(tmp_path):
-    args = ["max_n=20", "mini_vocab=4", "min_len=1", "max_len=2", "samples=700",
-            "eval_samples=3"]
-    small = _config(*args, "records_per_shard=150")
-    one = generate_corpus(small, tmp_path / "one", progress=False, log=lambda *_: None)
-    generate_corpus(small, tmp_path / "two", workers=2, progress=False, log=lambda *_: None)
-    big = generate_corpus(_config(*args, "records_per_shard=1000"), tmp_path / "big",
-                          progress=False, log=lambda *_: None)
-    for name in [s["name"] for s in one["shards"]] + ["eval/brevo_test.jsonl", "vocab.json"]:
-        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
-    assert _shard_contents(tmp_path / "one", one) == _shard_contents(tmp_path / "big", big)
+    assert_independent_of_workers_and_shard_size(
+        "brevo", ["max_n=20", "mini_vocab=4", "min_len=1", "max_len=2", "eval_samples=3"],
+        tmp_path)
 
 
 @pytest.mark.parametrize("override, key", [

@@ -15,7 +15,12 @@ from corpus_gen.core.registry import get_family
 from corpus_gen.core.shards import read_shard
 from corpus_gen.mano import expressions
 from launch.cli import main
-from tests.integer_task_corpus import eval_rows, family_config, training_records
+from tests.integer_task_corpus import (
+    assert_independent_of_workers_and_shard_size,
+    eval_rows,
+    family_config,
+    training_records,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = {"+": "+", "plus": "+", "-": "-", "minus": "-", "*": "*", "times": "*", "/": "/",
@@ -223,26 +228,10 @@ def test_documents_are_the_same_whatever_the_range_drawn():
     assert other != whole[:50]
 
 
-def _shard_contents(out: Path, manifest: dict) -> list[tuple[bytes, bytes, str]]:
-    return [(s["ids"].tobytes(), s["mask"].tobytes(), json.dumps(s["json"]))
-            for shard in manifest["shards"] for s in read_shard(out / shard["name"])]
-
-
 def test_shards_are_byte_identical_whatever_the_workers_and_the_same_documents_whatever_size(
         tmp_path):
-    def gen(name: str, workers: int, per_shard: int):
-        config = _config("max_ops=4", "samples=700", f"records_per_shard={per_shard}",
-                         "eval_samples=20")
-        out = tmp_path / name
-        return out, generate_corpus(config, out, workers=workers, progress=False,
-                                    log=lambda *_: None)
-
-    one, two, big = gen("one", 1, 200), gen("two", 2, 200), gen("big", 1, 700)
-    files = [{p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-              if p.is_file() and p.name != "datasheet.md"} for out, _ in (one, two)]
-    assert len([n for n in files[0] if n.startswith("train/")]) == 4
-    assert files[0] == files[1]
-    assert _shard_contents(*one) == _shard_contents(*big)
+    assert_independent_of_workers_and_shard_size("mano", ["max_ops=4", "eval_samples=20"],
+                                                 tmp_path)
 
 
 @pytest.mark.parametrize("override, key", [
