@@ -12,9 +12,10 @@ import torch
 from torch import nn
 
 from corpus_gen.core.vocabulary import Vocabulary
-from tests.conftest import record_eval_set
+from tests.conftest import record_eval_set, tiny_experiment_file
 from tests.planted_lm import PlantedLM
-from trainer.eval.registry import EvalContext
+from trainer.config import load_experiment
+from trainer.eval.registry import EvalContext, tasks
 
 
 class AnswerModel(PlantedLM):
@@ -92,3 +93,13 @@ def train_and_evaluate(tmp_path: Path, corpus_yaml: str, overrides: list[str], t
     assert (run_dir / "eval" / f"{task}.png").stat().st_size > 0
     assert (run_dir / "eval" / f"{task}_generations.jsonl").is_file()
     return saved, flatten({k: v for k, v in saved.items() if k not in ("run", "step")}, task)
+
+
+def assert_registered_with_its_shipped_config(tmp_path: Path, name: str, module,
+                                              options: type) -> None:
+    """Task `name` runs and plots through `module` with `options`, which its shipped
+    `configs/eval/<name>.yaml` fills with the defaults."""
+    task = tasks()[name]
+    assert task.run is module.run and task.plot is module.plot and task.options is options
+    experiment = load_experiment(tiny_experiment_file(tmp_path), [f"eval={name}"])
+    assert experiment.eval.tasks == [name] and getattr(experiment.eval, name) == options()

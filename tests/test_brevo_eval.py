@@ -14,6 +14,7 @@ from corpus_gen.core.words import letter_names, split_words
 from tests.conftest import tiny_experiment_file
 from tests.planted_answers import (
     AnswerModel,
+    assert_registered_with_its_shipped_config,
     context_for,
     lookup,
     prompt_random,
@@ -21,7 +22,6 @@ from tests.planted_answers import (
     write_set,
 )
 from trainer.config import load_experiment
-from trainer.eval.registry import tasks
 from trainer.model import GPT, ModelConfig
 
 MINI_VOCAB, N = 3, 9
@@ -103,10 +103,7 @@ def corpus(tmp_path, rows):
 
 
 def test_the_task_is_registered_and_its_shipped_config_loads(tmp_path):
-    task = tasks()["brevo"]
-    assert task.run is brevo.run and task.plot is brevo.plot
-    experiment = load_experiment(tiny_experiment_file(tmp_path), ["eval=brevo"])
-    assert experiment.eval.tasks == ["brevo"] and experiment.eval.brevo == brevo.BrevoOptions()
+    assert_registered_with_its_shipped_config(tmp_path, "brevo", brevo, brevo.BrevoOptions)
 
 
 @pytest.mark.parametrize("bad", ["max_rows=-1", "batch_size=0", "max_new_tokens=-1"])

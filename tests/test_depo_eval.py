@@ -14,6 +14,7 @@ from corpus_gen.core.words import letter_names, split_words
 from tests.conftest import tiny_experiment_file
 from tests.planted_answers import (
     AnswerModel,
+    assert_registered_with_its_shipped_config,
     context_for,
     lookup,
     prompt_random,
@@ -23,7 +24,6 @@ from tests.planted_answers import (
 from trainer.config import load_experiment
 from trainer.errors import TrainError
 from trainer.eval.answers import largest_solved
-from trainer.eval.registry import tasks
 from trainer.model import GPT, ModelConfig
 
 K, MINI_VOCAB = 4, 3
@@ -84,10 +84,7 @@ def corpus(tmp_path, rows):
 
 
 def test_the_task_is_registered_and_its_shipped_config_loads(tmp_path):
-    task = tasks()["depo"]
-    assert task.run is depo.run and task.plot is depo.plot and task.options is depo.DepoOptions
-    experiment = load_experiment(tiny_experiment_file(tmp_path), ["eval=depo"])
-    assert experiment.eval.tasks == ["depo"] and experiment.eval.depo == depo.DepoOptions()
+    assert_registered_with_its_shipped_config(tmp_path, "depo", depo, depo.DepoOptions)
 
 
 @pytest.mark.parametrize("bad", ["max_rows=-1", "batch_size=0", "threshold=0",

@@ -13,6 +13,7 @@ from corpus_gen.core.vocabulary import Vocabulary
 from tests.conftest import tiny_experiment_file
 from tests.planted_answers import (
     AnswerModel,
+    assert_registered_with_its_shipped_config,
     context_for,
     lookup,
     prompt_random,
@@ -20,7 +21,6 @@ from tests.planted_answers import (
     write_set,
 )
 from trainer.config import load_experiment
-from trainer.eval.registry import tasks
 from trainer.model import GPT, ModelConfig
 
 L, MOD = 3, 23
@@ -74,10 +74,7 @@ def corpus(tmp_path, rows):
 
 
 def test_the_task_is_registered_and_its_shipped_config_loads(tmp_path):
-    task = tasks()["mano"]
-    assert task.run is mano.run and task.plot is mano.plot
-    experiment = load_experiment(tiny_experiment_file(tmp_path), ["eval=mano"])
-    assert experiment.eval.tasks == ["mano"] and experiment.eval.mano == mano.ManoOptions()
+    assert_registered_with_its_shipped_config(tmp_path, "mano", mano, mano.ManoOptions)
 
 
 @pytest.mark.parametrize("bad", ["max_rows=-1", "batch_size=0", "threshold=0", "threshold=2",
