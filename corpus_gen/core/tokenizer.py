@@ -154,14 +154,15 @@ class _Cache(dict):
 
 
 class _UnitTable:
-    """The tokens of every unit of one vocabulary encoded so far, back to back in one array:
-    unit u's are tokens[start[u] : start[u] + length[u]] (length -1: not encoded yet)."""
+    """The tokens of every unit of one vocabulary encoded so far, a row each, padded to the
+    longest: unit u's are rows[u, :length[u]] (length -1: not encoded yet). A batch's tokens
+    are its units' rows taken at once with the padding dropped, which costs a few operations
+    per unit where a gather through an index per token costs several per token."""
 
     def __init__(self, size: int, dtype: str):
-        self.start = np.zeros(size, dtype=np.int64)
         self.length = np.full(size, -1, dtype=np.int64)
-        self.tokens = np.empty(1 << 12, dtype=dtype)
-        self.used = 0
+        self.rows = np.zeros((size, 1), dtype=dtype)
+        self.filled = np.zeros((size, 1), dtype=bool)  # where rows holds a token
 
     def gather(self, ids: np.ndarray, strings: np.ndarray, encode) -> tuple[np.ndarray, np.ndarray]:
         """The tokens of units `ids` back to back and each one's count; `encode` gives the
@@ -169,20 +170,18 @@ class _UnitTable:
         length = self.length[ids]
         if (length < 0).any():
             for unit in np.unique(ids[length < 0]).tolist():
-                self._add(unit, np.frombuffer(encode(strings[unit]), dtype=self.tokens.dtype))
+                self._add(unit, np.frombuffer(encode(strings[unit]), dtype=self.rows.dtype))
             length = self.length[ids]
-        ends = np.cumsum(length)
-        total = int(ends[-1]) if len(ends) else 0
-        # token k of the output is tokens[start[unit] + (k - first output index of that unit)]
-        index = np.arange(total) + np.repeat(self.start[ids] - (ends - length), length)
-        return self.tokens[index], length
+        return np.take(self.rows, ids, axis=0)[np.take(self.filled, ids, axis=0)], length
 
     def _add(self, unit: int, tokens: np.ndarray) -> None:
-        while self.used + len(tokens) > len(self.tokens):
-            self.tokens = np.concatenate([self.tokens, np.empty_like(self.tokens)])
-        self.tokens[self.used : self.used + len(tokens)] = tokens
-        self.start[unit], self.length[unit] = self.used, len(tokens)
-        self.used += len(tokens)
+        if len(tokens) > self.rows.shape[1]:  # a longer unit: every row widens
+            wider = len(tokens) - self.rows.shape[1]
+            self.rows = np.pad(self.rows, ((0, 0), (0, wider)))
+            self.filled = np.pad(self.filled, ((0, 0), (0, wider)))
+        self.rows[unit, :len(tokens)] = tokens
+        self.filled[unit, :len(tokens)] = True
+        self.length[unit] = len(tokens)
 
 
 class CorpusTokenizer:
