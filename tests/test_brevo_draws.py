@@ -1,7 +1,8 @@
 """Brevo's DAG draw against the exact distribution of the process its docstring specifies (r
 roots, r uniform in 1..(n-1)//4 + 1; then each node takes a uniform number 1..min(4, available)
 of distinct parents, uniform among the earlier nodes with out-degree below 4), enumerated by an
-explicit recursion on small graphs and compared by chi-square."""
+explicit recursion on small graphs and compared by chi-square; and the context's edge order,
+uniform over the edges' orders."""
 
 import itertools
 from collections import defaultdict
@@ -9,8 +10,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from corpus_gen.brevo import dag
+from corpus_gen.brevo import dag, items
 from corpus_gen.core import word_tasks
+from corpus_gen.core.words import hash_each
 from tests.draw_checks import fits
 
 
@@ -70,3 +72,26 @@ def test_graphs_of_mixed_sizes_drawn_together_are_drawn_as_alone():
         alone = dag.draw(keys[i:i + 1], n[i:i + 1])
         assert (alone.parents[0] == together.parents[i, :n[i]]).all()
         assert (alone.depth[0] == together.depth[i, :n[i]]).all()
+
+
+def test_the_compiled_walk_hashes_as_hash_each():
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 2**63, 200, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    counters = rng.integers(0, 2**45, 200, dtype=np.uint64)
+    assert [dag._hash(k, c) for k, c in zip(keys, counters)] == hash_each(keys, counters).tolist()
+
+
+def test_the_edges_are_listed_in_a_uniform_order():
+    # node 3 under 0, 1 and 2, node 4 under 3: 4 edges, each of the 24 orders 1/24
+    count = 12000
+    parents = np.full((count, 5, 4), -1, dtype=np.int32)
+    parents[:, 3, :3] = [0, 1, 2]
+    parents[:, 4, 0] = 3
+    graphs = dag.Dags(np.full(count, 5), np.full(count, 3), parents, np.zeros((count, 5), int))
+    keys = word_tasks.doc_keys(4, np.arange(count), np.zeros(count, dtype=np.int64))
+    words = np.tile(np.arange(5), (count, 1))  # node i's word is i
+    laid = items.build(graphs, words, np.full(count, 4), keys, (1, 2), (7, 8, 9))
+    context = laid.codes.reshape(count, -1)[:, 1:9]  # every document: <bos>, 4 edges, ...
+    orders = [tuple(map(tuple, row.reshape(4, 2).tolist())) for row in context]
+    edges = ((0, 3), (1, 3), (2, 3), (3, 4))
+    assert fits(orders, {order: 1 / 24 for order in itertools.permutations(edges)})
