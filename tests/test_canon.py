@@ -92,13 +92,18 @@ def test_the_taps_that_read_across_a_row_or_document_are_listed(packed):
     reads 4 and 3 of row 0, 6 reads 4; token 0's taps read the zero padding, no token."""
     docs = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
     crossing = canon_inputs(3, 2, docs if packed else None, None).crossing(torch.zeros(2, 5, 1))
-    index, lag = ([2, 2, 3, 5, 5, 6], [1, 2, 2, 1, 2, 2]) if packed else ([5, 5, 6], [1, 2, 2])
-    assert crossing.index.tolist() == index and crossing.lag.tolist() == lag
+    index, read = ([2, 2, 3, 5, 5, 6], [1, 0, 1, 4, 3, 4]) if packed else ([5, 5, 6], [4, 3, 4])
+    assert crossing.index.tolist() == index and crossing.read.tolist() == read
+    assert crossing.tap.tolist() == [2 - (i - r) for i, r in zip(index, read)]  # tap K-1-lag
     assert crossing.token.tolist() == ([2, 3, 5, 6] if packed else [5, 6])
-    # their taps within their own document: 3 reads 2, 6 reads 5 (one place back)
-    assert crossing.source.tolist() == ([2, 5] if packed else [5])
-    assert crossing.source_lag.tolist() == ([1, 1] if packed else [1])
-    assert crossing.token[crossing.slot].tolist() == ([3, 6] if packed else [6])
+    # the taps of those tokens within their own document: 3 and 6 also read one place back
+    own = [(2, 2), (3, 3), (3, 2), (5, 5), (6, 6), (6, 5)] if packed else [(5, 5), (6, 6), (6, 5)]
+    assert list(zip(crossing.own_token.tolist(), crossing.own_read.tolist())) == own
+    # the taps' gradient sums tokens 2 on: it adds tokens 0 and 1's taps, takes back the
+    # crossing ones
+    pairs = [(0, 0, 1.0), (1, 1, 1.0), (1, 0, 1.0)] + [(i, r, -1.0) for i, r in zip(index, read)]
+    assert list(zip(crossing.pair_token.tolist(), crossing.pair_read.tolist(),
+                    crossing.pair_sign[:, 0].tolist())) == pairs
 
 
 def test_no_output_changes_by_a_bit_when_another_row_or_document_does():

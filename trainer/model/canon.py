@@ -39,19 +39,33 @@ from trainer.model.kv_cache import KVCache
 
 @dataclass
 class Crossing:
-    """Where CanonConv's one convolution over a pass's B * T flattened tokens reads across a
-    boundary (the row before, or another document), by flat token index: `index` and `lag`
-    [n], each tap that does (the token `lag` places back, a token of x); `token` [U], each
-    token with such a tap; `slot`, `source` and `source_lag` [m], each tap j >= 1 of those
-    tokens that reads their own document (their first taps: the later ones reach past it): its
-    token's place in `token`, the token it reads, and j."""
+    """Where CanonConv's one convolution over a pass's B * T flattened tokens is wrong, by flat
+    token index, each tap as (token, lag: the token `lag` places back, tap K-1-lag of w):
+    `index`, `read` (= index - lag) and `tap` [n], each tap that reads across a boundary (the
+    row before, or another document); `token` [U], each token with such a tap, and `own_token`,
+    `own_read`, `own_tap` [m], every tap of those tokens that reads their own document (their
+    sums are recomputed); `pair_token`, `pair_read`, `pair_tap` and `pair_sign` [P], the terms
+    the taps' gradient, summed over the tokens from K-1 on (`_lagged_dot`), must add (+1: the
+    first K-1 tokens' taps within x) or take back (-1: crossing taps of the tokens it sums)."""
 
     index: Tensor
-    lag: Tensor
+    read: Tensor
+    tap: Tensor
     token: Tensor
-    slot: Tensor
-    source: Tensor
-    source_lag: Tensor
+    own_token: Tensor
+    own_read: Tensor
+    own_tap: Tensor
+    pair_token: Tensor
+    pair_read: Tensor
+    pair_tap: Tensor
+    pair_sign: Tensor
+
+
+def _tap_lists(mask: Tensor, back: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The taps where mask [N, K] (token, lag) holds: their tokens, the tokens they read and
+    their columns in w."""
+    token, lag = mask.nonzero(as_tuple=True)
+    return token, token - lag, back - lag
 
 
 @dataclass
@@ -70,6 +84,7 @@ class CanonInputs:
         """The Crossing of the tokens of x [B, T, C]."""
         batch, length, _ = x.shape
         if (batch, length) not in self._crossing:
+            back = self.kernel - 1
             lags = torch.arange(self.kernel, device=x.device)  # [K]
             reads = torch.arange(length, device=x.device)[:, None] >= lags  # [T, K]: in the row
             if self.same is not None:
@@ -77,11 +92,15 @@ class CanonInputs:
             reads = reads.expand(batch, length, self.kernel).reshape(-1, self.kernel)  # [N, K]
             flat = torch.arange(batch * length, device=x.device)[:, None]
             crosses = ~reads & (flat >= lags)  # [N, K]; before token 0: the zero padding
-            index, lag = crosses.nonzero(as_tuple=True)
-            token = crosses.any(-1).nonzero()[:, 0]
-            slot, own = (reads[token] & (lags > 0)).nonzero(as_tuple=True)
-            self._crossing[batch, length] = Crossing(index, lag, token, slot, token[slot] - own,
-                                                     own)
+            index, read, tap = _tap_lists(crosses, back)
+            crossed = crosses.any(-1, keepdim=True)  # [N, 1]
+            head = flat < back  # [N, 1]: tokens whose window starts before x
+            pairs = [_tap_lists(reads & head, back), _tap_lists(crosses & ~head, back)]
+            sign = torch.cat([torch.full((len(p[0]), 1), s, device=x.device)
+                              for p, s in zip(pairs, (1.0, -1.0))])
+            self._crossing[batch, length] = Crossing(
+                index, read, tap, crossed[:, 0].nonzero()[:, 0], *_tap_lists(reads & crossed, back),
+                *(torch.cat(parts) for parts in zip(*pairs)), sign)
         return self._crossing[batch, length]
 
 
@@ -116,13 +135,10 @@ class CanonConv(torch.autograd.Function):
         flat = x.contiguous().view(-1, x.shape[-1]).to(dtype)  # [N, C]; a fresh activation: a view
         taps = w.detach().to(dtype, copy=True)  # [C, K]
         taps[:, -1] += extra
-        z = _correlate(flat, taps)[:flat.shape[0]]  # [N, C]
+        z = _correlate(flat, taps, 0)  # [N, C]
         if crossing.token.numel():  # those tokens' sums again, over their own document alone
-            back, taps_t = taps.shape[1] - 1, taps.t().contiguous()  # [K, C]
-            own = flat.index_select(0, crossing.token) * taps_t[back]  # [U, C]: tap 0
-            own.index_add_(0, crossing.slot, flat.index_select(0, crossing.source)
-                           * taps_t.index_select(0, back - crossing.source_lag))
-            z.index_copy_(0, crossing.token, own)
+            own = flat.index_select(0, crossing.own_read) * _rows(taps, crossing.own_tap)
+            z.index_fill_(0, crossing.token, 0).index_add_(0, crossing.own_token, own)
         ctx.save_for_backward(flat, taps)
         ctx.crossing, ctx.shape, ctx.dtypes = crossing, x.shape, (x.dtype, w.dtype)
         return z.view(x.shape)
@@ -130,52 +146,52 @@ class CanonConv(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dz: Tensor) -> tuple[Tensor, Tensor, None, None]:
         flat, taps = ctx.saved_tensors
+        c = ctx.crossing
         dz = dz.contiguous().view(flat.shape)
-        back = taps.shape[1] - 1
-        dx = _correlate(dz, taps.flip(1))[back:]  # [N, C]: token n + j's tap j sends to n
+        dx = _correlate(dz, taps.flip(1), taps.shape[1] - 1)  # [N, C]: n + j's tap j sends to n
+        dx.index_add_(0, c.read, dz.index_select(0, c.index) * _rows(taps, c.tap), alpha=-1)
         dw = _lagged_dot(dz, flat, taps.shape[1])  # [K, C]
-        index, lag = ctx.crossing.index, ctx.crossing.lag
-        sent = dz.index_select(0, index)  # [n, C]
-        taps_t = taps.t().contiguous()  # [K, C]
-        dx.index_add_(0, index - lag, sent * taps_t.index_select(0, back - lag), alpha=-1)
-        taken = sent * flat.index_select(0, index - lag)
-        dw.index_add_(0, back - lag, taken.to(dw.dtype), alpha=-1)
+        dw.index_add_(0, c.pair_tap, dz.index_select(0, c.pair_token)
+                      * flat.index_select(0, c.pair_read) * c.pair_sign)
         return dx.view(ctx.shape).to(ctx.dtypes[0]), dw.t().to(ctx.dtypes[1]), None, None
 
 
-def _correlate(x: Tensor, taps: Tensor) -> Tensor:
-    """out_m = sum_k taps[:, k] * x_(m+k-K+1) (zero outside x) for m in 0..N+K-2, x [N, C]:
-    [N+K-1, C]. x is, without a copy, a channels-last image [1, C, 1, N], for which oneDNN's
-    depthwise kernel is one pass over the activations on CPU (per-tap slices take K)."""
-    width, kernel = taps.shape
+def _rows(taps: Tensor, tap: Tensor) -> Tensor:
+    """Column tap[i] of taps [C, K] as row i: [len(tap), C] (selected from a contiguous
+    transpose: index_select's strided path is slower than the tiny copy)."""
+    return taps.t().contiguous().index_select(0, tap)
+
+
+def _correlate(x: Tensor, taps: Tensor, start: int) -> Tensor:
+    """out_m = sum_k taps[:, k] * x_(m+k-K+1) (zero outside x) for m in start..start+N-1, x
+    [N, C]: [N, C], a view. x is, without a copy, a channels-last image [1, C, 1, N], for
+    which oneDNN's depthwise kernel is one pass over the activations on CPU (per-tap slices take
+    K); its output [1, C, 1, N+K-1] is channels-last too (the view fails if not)."""
+    length, (width, kernel) = x.shape[0], taps.shape
     image = x[None].permute(0, 2, 1).unsqueeze(2)  # [1, C, 1, N]
     out = F.conv2d(image, taps.view(width, 1, 1, kernel), padding=(0, kernel - 1),
                    groups=width)  # [1, C, 1, N+K-1]
-    return out[0, :, 0].t().contiguous()  # a no-op where the output is channels-last
+    return out.permute(0, 2, 3, 1).view(-1, width)[start:start + length]
 
 
 _CHUNK = 1 << 18  # elements of the accumulator: it stays in cache while every window is added
 
 
 def _lagged_dot(dz: Tensor, x: Tensor, kernel: int) -> Tensor:
-    """[K, C]: row k = sum_n dz_n * x_(n+k-K+1) (zero before x) for dz, x [N, C], the gradient
-    of the taps. dz_n times x's K-token window ending at n, accumulated chunk by chunk into
-    one buffer of windows: the two activations are read once, with no product written out."""
-    back = kernel - 1
-    head = min(back, x.shape[0])  # tokens whose window starts before x: a small padded copy
-    padded = torch.cat((x.new_zeros(back, x.shape[1]), x[:head]))
-    dw = _window_sum(dz[:head], padded, kernel)
-    return dw if x.shape[0] <= back else dw + _window_sum(dz[head:], x, kernel)
-
-
-def _window_sum(dz: Tensor, x: Tensor, kernel: int) -> Tensor:
-    """sum_m dz_m * x_(m..m+K-1) over the m < len(dz) of the windows of x: [K, C]."""
+    """[K, C]: row k = sum_(n >= K-1) dz_n * x_(n+k-K+1) for dz, x [N, C]: the taps'
+    gradient over the tokens whose window lies in x (Crossing's pairs add the first K-1).
+    dz_n times x's K-token window ending at n, accumulated chunk by chunk into one buffer of
+    windows: the two activations are read once, with no product written out."""
     width, dtype = x.shape[1], torch.promote_types(x.dtype, torch.float32)
-    windows = x.unfold(0, kernel, 1).transpose(1, 2)[:dz.shape[0]]  # [M, K, C], a view
+    if x.shape[0] < kernel:
+        return x.new_zeros(kernel, width, dtype=dtype)
+    windows = x.unfold(0, kernel, 1).transpose(1, 2)  # [N-K+1, K, C], a view
+    dz = dz[kernel - 1:, None]  # [N-K+1, 1, C]
     rows = max(1, min(dz.shape[0], _CHUNK // (kernel * width)))
-    acc = dz.new_zeros(rows, kernel, width, dtype=dtype)
-    for part, window in zip(dz[:, None].split(rows), windows.split(rows)):
-        (acc if part.shape[0] == rows else acc[:part.shape[0]]).addcmul_(part, window)
+    acc = dz[:rows].to(dtype) * windows[:rows]  # [rows, K, C]: the first chunk
+    for start in range(rows, dz.shape[0], rows):
+        part = dz[start:start + rows]
+        acc[:part.shape[0]].addcmul_(part, windows[start:start + rows])
     return acc.sum(0)
 
 
