@@ -21,6 +21,7 @@ inverse; an expression that divides by 0 anywhere is drawn again (next attempt),
 Codes: number v is code v, operator OPERATORS[k] is code p + k, PAD after the expression's end.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,7 @@ RETRIES = 4  # attempts drawn at once for an expression refused (division by 0, 
 _U64 = np.uint64
 _LOW = np.uint64(0xFFFFFFFF)
 _MUL = OPERATORS.index("*")
+_TABLE = 1 << 16  # the most entries of a lookup table of every operation (p up to 127)
 
 
 @dataclass
@@ -83,8 +85,12 @@ def _refused(drawn: Expressions, avoid: np.ndarray | None) -> np.ndarray:
     bad = drawn.value < 0
     if avoid is not None and avoid.size:
         hashes = instance_hashes(drawn.codes)
-        at = np.minimum(np.searchsorted(avoid, hashes), avoid.size - 1)
-        bad |= avoid[at] == hashes
+        # the exact search only for the few whose top 16 bits some test instance's share
+        shared = np.zeros(1 << 16, dtype=bool)
+        shared[avoid >> _U64(48)] = True
+        rows = np.flatnonzero(shared[hashes >> _U64(48)])
+        at = np.minimum(np.searchsorted(avoid, hashes[rows]), avoid.size - 1)
+        bad[rows] |= avoid[at] == hashes[rows]
     return bad
 
 
@@ -99,37 +105,38 @@ def _draw_once(key: int, index: np.ndarray, attempt: np.ndarray, ops: np.ndarray
     keys = hash_each(hash_u64(key, index[order]), attempt[order])[:, None]
     h = hash_each(keys, np.arange(max_ops + (width + 1) // 2, dtype=_U64))
     halves = h.view(np.uint32).reshape(n, -1, 2)  # little-endian: (low, high) of each draw
-    starts, rights = _shape(halves[:, :max_ops, 0], sizes, running)
+    # rows of width + 1 tokens: the last a scratch column that operators past an expression's
+    # end are written to (every (row, j) written at once, no mask of the real ones)
+    at, right = _shape(halves[:, :max_ops, 0], sizes, running, width + 1)
     # u * bound / 2**32 in float64 is exact (u * bound < 2**53): the multiply-shift draw
     numbers = (halves[:, max_ops:].reshape(n, -1)[:, :width] * (modulus / 2 ** 32)).astype(
-        np.int64)
-    codes = np.where(np.arange(width) < (2 * sizes + 1)[:, None], numbers, PAD).astype(np.int32)
-    pick = (halves[:, :max_ops, 1] * (2 * len(operators) / 2 ** 32)).astype(np.int64)
-    kind = np.array([OPERATORS.index(op) for op in operators], dtype=np.int64)[pick >> 1]
-    rows, j = np.nonzero(np.arange(max_ops) < sizes[:, None])  # the operators
-    at = starts[rows, j]
-    codes[rows, at] = modulus + kind[rows, j]
-    synonym = np.zeros((n, width), dtype=np.int8)
-    synonym[rows, at] = pick[rows, j] & 1
-    value = _evaluate(codes, starts, rights, kind, modulus, running)
+        np.int32)
+    codes = np.empty((n, width + 1), dtype=np.int32)
+    codes[:, :width] = np.where(np.arange(width) < (2 * sizes + 1)[:, None], numbers, PAD)
+    pick = (halves[:, :max_ops, 1] * (2 * len(operators) / 2 ** 32)).astype(np.int32)
+    kind = np.array([OPERATORS.index(op) for op in operators], dtype=np.int32)[pick >> 1]
+    codes.ravel()[at] = modulus + kind
+    synonym = np.zeros((n, width + 1), dtype=np.int8)
+    synonym.ravel()[at] = pick & 1
+    value = _evaluate(codes.ravel(), at, right, kind, modulus, running)
     back = np.empty_like(order)
     back[order] = np.arange(n)
-    return Expressions(codes[back], synonym[back], value[back])
+    return Expressions(codes[back, :width], synonym[back, :width], value[back])
 
 
-def _shape(low: np.ndarray, sizes: np.ndarray, running: np.ndarray
+def _shape(low: np.ndarray, sizes: np.ndarray, running: np.ndarray, stride: int
            ) -> tuple[np.ndarray, np.ndarray]:
-    """Where each operator's token is (prefix order) and where its right operand starts:
-    (n, L) int32 each, operator j of expressions sorted by `sizes` operators, most first;
-    running[j] of them have operator j (0 past an expression's operators)."""
+    """Where each operator's token is (prefix order) and where its right operand starts, as
+    flat indices into rows of `stride` tokens: (n, L) each, operator j of expressions sorted by
+    `sizes` operators, most first; running[j] of them have operator j. Past an expression's
+    operators: its row's last token (scratch)."""
     n, max_ops = low.shape
-    starts = np.zeros((n, max_ops), dtype=np.int32)
-    rights = np.zeros((n, max_ops), dtype=np.int32)
+    starts = np.full((n, max_ops), stride - 1, dtype=np.int64)
+    rights = np.zeros((n, max_ops), dtype=np.int64)
     # each expression's stack of right operands with operators still to write, flat: row r's
-    # from r * depth on; slot 0 a sentinel under the stack
+    # from r * depth on; slot 0 a sentinel under the stack; each one packed: start << 8 | size
     depth = max_ops + 1
-    pending_size = np.zeros(n * depth, dtype=np.int64)
-    pending_start = np.zeros(n * depth, dtype=np.int64)
+    pending = np.zeros(n * depth, dtype=np.int64)
     top = np.arange(n, dtype=np.int64) * depth + 1  # the next free slot
     size, start = sizes.copy(), np.zeros(n, dtype=np.int64)  # operator j's subtree and token
     for j in range(max_ops):
@@ -140,38 +147,60 @@ def _shape(low: np.ndarray, sizes: np.ndarray, running: np.ndarray
         starts[:live, j], rights[:live, j] = start, right_start
         # push the right operand if it has operators; go on with the left one if it has,
         # else with the last operand pushed
-        pending_size[top], pending_start[top] = right, right_start
+        pending[top] = right_start << 8 | right
         top = top + (right > 0)
-        has_left = split > 0
-        size = np.where(has_left, split, pending_size[top - 1])
-        start = np.where(has_left, start + 1, pending_start[top - 1])
+        has_left, last = split > 0, pending[top - 1]
+        size = np.where(has_left, split, last & 255)
+        start = np.where(has_left, start + 1, last >> 8)
         top = top - ~has_left
-    return starts, rights
+    base = np.arange(0, n * stride, stride, dtype=np.int64)[:, None]
+    return starts + base, rights + base
 
 
-def _evaluate(codes: np.ndarray, starts: np.ndarray, rights: np.ndarray, kind: np.ndarray,
+def _evaluate(codes: np.ndarray, at: np.ndarray, right: np.ndarray, kind: np.ndarray,
               modulus: int, running: np.ndarray) -> np.ndarray:
-    """The value mod p of each expression (-1 where it divides by 0): operators from the last
-    to the first (an operator's operands come after it), each reading its left operand's value
-    right after it and its right one at `rights`."""
-    n, width = codes.shape
-    # int32 while a product of two values fits (fewer bytes for every step to move)
-    dtype = np.int32 if (modulus - 1) ** 2 < 2 ** 31 else np.int64
-    values = codes.ravel().astype(dtype)  # a leaf's value is its code; operators' overwritten
-    base = np.arange(n, dtype=dtype)[:, None] * width
-    at, right = base + starts, base + rights  # flat
-    # "x op y" is x + y' for + and -, x * y' for * and /, y' = transform[op, y]
-    numbers = np.arange(modulus, dtype=dtype)
-    inverse = np.array([pow(v, -1, modulus) if v else modulus for v in range(modulus)], dtype)
+    """The value mod p of each expression (-1 where it divides by 0), from its flat codes and
+    its operators' flat positions (`_shape`): operators from the last to the first (an
+    operator's operands come after it), each reading its left operand's value right after it
+    and its right one at `right`."""
+    n, max_ops = at.shape
+    values = codes.copy()  # a leaf's value is its code; operators' overwritten
+    if (modulus + 1) ** 2 * len(OPERATORS) <= _TABLE:
+        # one lookup per operator: table[kind, x, y], p where x or y is p or y is a divisor 0
+        # (p marks a division by 0 below, and every operator above it gives p too)
+        table = _table(modulus)
+        offset = kind * (modulus + 1) ** 2
+        for j in range(max_ops - 1, -1, -1):
+            live = running[j]
+            x, y = values[at[:live, j] + 1], values[right[:live, j]]
+            values[at[:live, j]] = table[offset[:live, j] + x * (modulus + 1) + y]
+        first = values[at[:, 0]]
+        return np.where(first == modulus, -1, first).astype(np.int64)
+    # int64 ("x op y" is x + y' for + and -, x * y' for * and /, y' = transform[op, y])
+    values = values.astype(np.int64)  # a product of two values overflows int32
+    numbers = np.arange(modulus, dtype=np.int64)
+    inverse = np.array([pow(v, -1, modulus) if v else modulus for v in range(modulus)])
     transform = np.concatenate([numbers, (modulus - numbers) % modulus, numbers, inverse])
-    offset, product = (kind * modulus).astype(dtype), kind >= _MUL
+    offset, product = kind.astype(np.int64) * modulus, kind >= _MUL
     by_zero = np.zeros(n, dtype=bool)
-    for j in range(starts.shape[1] - 1, -1, -1):
+    for j in range(max_ops - 1, -1, -1):
         live = running[j]
-        a, b = values[at[:live, j] + 1], transform[offset[:live, j] + values[right[:live, j]]]
-        by_zero[:live] |= b == modulus  # y / 0
-        values[at[:live, j]] = np.where(product[:live, j], a * b, a + b) % modulus
-    return np.where(by_zero, -1, values[base[:, 0]].astype(np.int64))
+        x, y = values[at[:live, j] + 1], transform[offset[:live, j] + values[right[:live, j]]]
+        by_zero[:live] |= y == modulus  # y / 0
+        values[at[:live, j]] = np.where(product[:live, j], x * y, x + y) % modulus
+    return np.where(by_zero, -1, values[at[:, 0]])
+
+
+@functools.lru_cache(maxsize=4)
+def _table(modulus: int) -> np.ndarray:
+    """(4 (p+1)^2,) int32: OPERATORS[k] applied to x, y in 0..p at k (p+1)^2 + x (p+1) + y;
+    p where x or y is p (a division by 0 below) or the operator divides by 0."""
+    x, y = np.divmod(np.arange((modulus + 1) ** 2), modulus + 1)
+    inverse = np.array([pow(v, -1, modulus) if v else 0 for v in range(modulus)] + [0])
+    table = np.stack([x + y, x - y, x * y, x * inverse[y]]) % modulus
+    table[:, (x == modulus) | (y == modulus)] = modulus
+    table[OPERATORS.index("/"), y == 0] = modulus
+    return table.ravel().astype(np.int32)
 
 
 def instance_hashes(codes: np.ndarray) -> np.ndarray:

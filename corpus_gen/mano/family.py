@@ -85,9 +85,9 @@ def _test_instances(seed: int, max_ops: int, operators: str, modulus: int,
 
 
 def _token_ids(table: Tokens, drawn: expressions.Expressions, modulus: int) -> np.ndarray:
-    """(B, 2L+1) token ids of the expressions, -1 after each one's end: a lookup of
+    """(B, 2L+1) int32 token ids of the expressions, -1 after each one's end: a lookup of
     (code, synonym), PAD first."""
-    lookup = np.full((modulus + len(OPERATORS) + 1, 2), -1, dtype=np.int64)
+    lookup = np.full((modulus + len(OPERATORS) + 1, 2), -1, dtype=np.int32)
     lookup[1:modulus + 1] = (table.number + np.arange(modulus))[:, None]
     lookup[modulus + 1:] = table.operator
     return lookup.ravel()[(drawn.codes + 1) * 2 + drawn.synonym]
@@ -95,13 +95,14 @@ def _token_ids(table: Tokens, drawn: expressions.Expressions, modulus: int) -> n
 
 def _documents(config: ManoConfig, table: Tokens, drawn: expressions.Expressions,
                ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(B, 2L+5) token ids of whole documents, -1 after each one's end, and the loss column
-    per document (where "=" is)."""
+    """(B, 2L+5) int32 token ids of whole documents, -1 after each one's end, and the loss
+    column per document (where "=" is)."""
     n, width = drawn.codes.shape
-    docs = np.full((n, width + 4), -1, dtype=np.int64)
+    docs = np.empty((n, width + 4), dtype=np.int32)
     docs[:, 0] = table.names.index(BOS)
     docs[:, 1] = table.length + ops - 1
     docs[:, 2:width + 2] = _token_ids(table, drawn, config.modulus)
+    docs[:, width + 2:] = -1
     flat, answer_at = docs.ravel(), 2 * ops + 3
     at = np.arange(n) * (width + 4) + answer_at
     flat[at], flat[at + 1] = table.answer, table.number + drawn.value
@@ -127,11 +128,11 @@ def batches(config: ManoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
         index = np.arange(lo, min(lo + BLOCK, stop))
         ops = randint(ops_key, index, config.max_ops) + 1  # l ~ U{1..L}
         drawn = _draw(config, "train", index, ops, avoid)
-        docs, answer_at = _documents(config, table, drawn, ops)
-        present = np.arange(docs.shape[1]) < (answer_at + 2)[:, None]
-        ids = docs[present] - 1  # unit i is token i + 1
-        loss = (np.arange(docs.shape[1]) >= answer_at[:, None])[present].view(np.uint8)
+        docs, _ = _documents(config, table, drawn, ops)
+        ids = docs[docs >= 0].astype(np.int64) - 1  # unit i is token i + 1
         offsets = np.concatenate([[0], np.cumsum(2 * ops + 5)])
+        loss = np.zeros(len(ids), dtype=np.uint8)  # "=" and the answer: each document's last two
+        loss[offsets[1:] - 1] = loss[offsets[1:] - 2] = 1
         yield from UnitBatch(table.units, ids, offsets,
                              metas[(ops - 1) * config.modulus + drawn.value].tolist(),
                              loss).chunks()
