@@ -50,9 +50,10 @@ def draw(keys: np.ndarray, n: np.ndarray) -> Dags:
 
 
 @njit(cache=True)
-def _hash(key, counter):  # pragma: no cover - compiled
-    """words.hash_each for one key and counter (splitmix64), inside the compiled walk: hashing
-    the walk's draws with numpy first cost more than the walk."""
+def hash_draw(key, counter):  # pragma: no cover - compiled
+    """words.hash_each for one key and counter (splitmix64), for brevo's compiled loops (the
+    walk here, items.py's layout): hashing their draws with numpy first cost more than the
+    loops."""
     x = key + counter * np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -75,7 +76,7 @@ def _walk(keys, n, roots, parents, depth):  # pragma: no cover - compiled
         listed[0], out_degree[0], free = 0, 0, 1
         for node in range(1, n[graph]):
             for j in range(3):
-                h = _hash(keys[graph], np.uint64(3 * node + j + (_PICK << 40)))
+                h = hash_draw(keys[graph], np.uint64(3 * node + j + (_PICK << 40)))
                 u[2 * j], u[2 * j + 1] = h & low, h >> np.uint64(32)
             takes = (u[0] * min(free, MAX_DEGREE) >> 32) + 1 if node >= roots[graph] else 0
             deepest = -1

@@ -12,7 +12,7 @@ then node: 64-bit keys of depth, the draw's top bits and the node.
 import numpy as np
 from numba import njit
 
-from corpus_gen.brevo.dag import MAX_DEGREE, Dags, _hash
+from corpus_gen.brevo.dag import MAX_DEGREE, Dags, hash_draw
 from corpus_gen.core import word_tasks
 
 
@@ -54,7 +54,7 @@ def _answers(keys, parents, depth, n, query, tag, answer):  # pragma: no cover -
         while top:
             top -= 1
             node = stack[top]
-            tie = _hash(keys[graph], np.uint64(node) + tag) >> (np.uint64(12) + 2 * bits)
+            tie = hash_draw(keys[graph], np.uint64(node) + tag) >> (np.uint64(12) + 2 * bits)
             packed[found] = (np.uint64(depth[graph, node]) << (np.uint64(52) - bits)
                              | tie << bits | np.uint64(node))
             found += 1
@@ -86,7 +86,7 @@ def _fill(keys, parents, n, words, query, answer, answers, offsets, tag, marks, 
                     ends[edges, 0], ends[edges, 1] = parents[graph, child, slot], child
                     edges += 1
         for last in range(edges - 1, 0, -1):  # Fisher-Yates, from the last place down
-            draw = _hash(keys[graph], np.uint64(last) + tag) >> np.uint64(32)
+            draw = hash_draw(keys[graph], np.uint64(last) + tag) >> np.uint64(32)
             other = np.int64(draw * np.uint64(last + 1) >> np.uint64(32))
             for end in range(2):
                 ends[last, end], ends[other, end] = ends[other, end], ends[last, end]

@@ -179,8 +179,8 @@ def _evaluate(codes: np.ndarray, at: np.ndarray, right: np.ndarray, kind: np.nda
     # int64 ("x op y" is x + y' for + and -, x * y' for * and /, y' = transform[op, y])
     values = values.astype(np.int64)  # a product of two values overflows int32
     numbers = np.arange(modulus, dtype=np.int64)
-    inverse = np.array([pow(v, -1, modulus) if v else modulus for v in range(modulus)])
-    transform = np.concatenate([numbers, (modulus - numbers) % modulus, numbers, inverse])
+    transform = np.concatenate([numbers, (modulus - numbers) % modulus, numbers,
+                                _inverses(modulus)])
     offset, product = kind.astype(np.int64) * modulus, kind >= _MUL
     by_zero = np.zeros(n, dtype=bool)
     for j in range(max_ops - 1, -1, -1):
@@ -196,11 +196,16 @@ def _table(modulus: int) -> np.ndarray:
     """(4 (p+1)^2,) int32: OPERATORS[k] applied to x, y in 0..p at k (p+1)^2 + x (p+1) + y;
     p where x or y is p (a division by 0 below) or the operator divides by 0."""
     x, y = np.divmod(np.arange((modulus + 1) ** 2), modulus + 1)
-    inverse = np.array([pow(v, -1, modulus) if v else 0 for v in range(modulus)] + [0])
+    inverse = np.append(_inverses(modulus), 0)  # y = p: overwritten below
     table = np.stack([x + y, x - y, x * y, x * inverse[y]]) % modulus
     table[:, (x == modulus) | (y == modulus)] = modulus
     table[OPERATORS.index("/"), y == 0] = modulus
     return table.ravel().astype(np.int32)
+
+
+def _inverses(modulus: int) -> np.ndarray:
+    """(p,) int64: each value's inverse mod p, and p at 0 (no inverse: a division by 0)."""
+    return np.array([pow(v, -1, modulus) if v else modulus for v in range(modulus)])
 
 
 def instance_hashes(codes: np.ndarray) -> np.ndarray:
