@@ -14,8 +14,8 @@ step all graphs through a node at a time, a few dozen calls per node. Nodes are 
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from corpus_gen.core.jit import njit
 from corpus_gen.core.word_tasks import below
 
 MAX_DEGREE = 4  # parents per node, and children per node

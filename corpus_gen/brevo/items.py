@@ -10,10 +10,10 @@ then node: 64-bit keys of depth, the draw's top bits and the node.
 """
 
 import numpy as np
-from numba import njit
 
 from corpus_gen.brevo.dag import MAX_DEGREE, Dags, hash_draw
 from corpus_gen.core import word_tasks
+from corpus_gen.core.jit import njit
 
 
 def build(dags: Dags, words: np.ndarray, query: np.ndarray, keys: np.ndarray,

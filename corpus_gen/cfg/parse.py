@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from corpus_gen.cfg.grammar import Grammar
+from corpus_gen.core.jit import njit
 
 
 @dataclass

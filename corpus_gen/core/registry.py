@@ -48,6 +48,10 @@ class Family:
     # eval.probe options and, per corpus, the hidden states to read with their labels
     # (corpus_gen/core/probe_targets.py)
     probe_targets: ProbeSpec | None = None
+    # the generator runs numba kernels: the shard writer then assembles its `UnitBatch`es' JSON
+    # with one too (corpus_gen/core/unit_json.py). numba's ~1 s load per process is paid by the
+    # family's own kernels already; a family without them writes its JSON in Python instead
+    compiled: bool = False
 
     def document_batches(self, config: CorpusConfig, start: int, stop: int) -> Iterator[Batch]:
         """The documents at stream positions [start, stop), in batches of at most BATCH."""

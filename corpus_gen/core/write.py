@@ -84,9 +84,10 @@ def _tokenizer(job: Job) -> CorpusTokenizer:
 def build_shard(job: Job, kept: dict[int, Document] | None = None) -> dict:
     tokenizer = _tokenizer(job)
     per_sample = job.config.docs_per_sample
-    batches = _batches(job, kept or {})
-    samples = (_single_samples(batches, tokenizer, job.start) if per_sample == 1
-               else _multi_samples(batches, tokenizer, job.start, per_sample))
+    compiled = get_family(job.config.family).compiled
+    documents = (_documents(tokenizer, batch, compiled) for batch in _batches(job, kept or {}))
+    samples = (_single_samples(documents, job.start) if per_sample == 1
+               else _multi_samples(documents, job.start, per_sample))
     counts = []
     path = Path(job.out) / job.name
     with atomic_path(path) as tmp:
@@ -108,6 +109,8 @@ def build_shard(job: Job, kept: dict[int, Document] | None = None) -> dict:
 def _batches(job: Job, kept: dict[int, Document]) -> Iterator[UnitBatch | list[Document]]:
     """The documents of the job's stream positions, in batches: those the tokenizer sample
     kept (each taken out of `kept`), the others generated."""
+    # the kept positions of this job, ascending: each gap between two is generated at once
+    marks = iter(sorted(p for p in kept if job.start <= p < job.stop))
     position = job.start
     while position < job.stop:
         run = []
@@ -118,8 +121,7 @@ def _batches(job: Job, kept: dict[int, Document]) -> Iterator[UnitBatch | list[D
             yield run
             continue
         gap = position
-        while position < job.stop and position not in kept:
-            position += 1
+        position = next((p for p in marks if p > gap), job.stop)
         for batch in get_family(job.config.family).document_batches(job.config, gap, position):
             yield batch if isinstance(batch, UnitBatch) else list(map(document, batch))
 
@@ -135,10 +137,13 @@ class _Documents:
     ids: np.ndarray  # [tokens] the tokenizer's dtype
     mask: np.ndarray | None  # [tokens] uint8, 1: in the loss; None: every token counts
     counts: np.ndarray  # [documents] int64 tokens per document
-    jsons: list[bytes]  # [documents] the objects of the `json` members
+    # [bytes] uint8: the objects of the `json` members, each followed by a comma (a run of
+    # documents is then a JSON array's items, plus a comma), and [documents + 1] where each starts
+    objects: np.ndarray
+    object_bounds: np.ndarray
 
     def __len__(self) -> int:
-        return len(self.jsons)
+        return len(self.counts)
 
     def token_bounds(self) -> np.ndarray:
         """[documents + 1] where each document's tokens start, then the end."""
@@ -148,8 +153,10 @@ class _Documents:
         return np.ones(len(self.ids), np.uint8) if self.mask is None else self.mask
 
 
-def _documents(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document]) -> _Documents:
-    """A batch's documents tokenized."""
+def _documents(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document],
+               compiled: bool) -> _Documents:
+    """A batch's documents tokenized. `compiled`: the family's generator is (Family.compiled),
+    so its units' JSON is assembled by a compiled kernel too."""
     if not isinstance(batch, UnitBatch):
         encoded = [_encoded(tokenizer, doc) for doc in batch]
         ids = np.frombuffer(b"".join(tokens for tokens, _ in encoded), tokenizer.dtype)
@@ -158,14 +165,25 @@ def _documents(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document]) ->
         mask = None if all(mask is None for _, mask in encoded) else np.frombuffer(
             b"".join(mask or b"\x01" * tokenizer.count(tokens) for tokens, mask in encoded),
             np.uint8)
-        return _Documents(ids, mask, counts, [doc.json for doc in batch])
+        return _Documents(ids, mask, counts, *_flat([doc.json for doc in batch]))
     ids, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
     mask = None if batch.loss is None else np.repeat(batch.loss.astype(np.uint8), unit_counts)
+    if compiled:
+        from corpus_gen.core.unit_json import json_objects  # numba: see Family.compiled
+
+        return _Documents(ids, mask, np.diff(ends), *json_objects(batch))
     # the same bytes as orjson.dumps({"text": text, **meta}): text first, then meta's fields
-    jsons = [f'{{"text":"{text}",{meta[1:]}'.encode()
-             for text, meta in zip(batch.texts(json=True), batch.metas)]
-    return _Documents(ids, mask, np.diff(ends), jsons)
+    return _Documents(ids, mask, np.diff(ends), *_flat(
+        [f'{{"text":"{text}",{meta[1:]}'.encode()
+         for text, meta in zip(batch.texts(json=True), batch.metas)]))
+
+
+def _flat(objects: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """`_Documents.objects` and `object_bounds` of these objects."""
+    lengths = np.fromiter(map(len, objects), np.int64, len(objects)) + 1
+    return (np.frombuffer(b",".join(objects) + b",", dtype=np.uint8),
+            np.concatenate([[0], np.cumsum(lengths)]))
 
 
 def _encoded(tokenizer: CorpusTokenizer, doc: Document) -> tuple[bytes, bytes | None]:
@@ -179,10 +197,13 @@ def _join(parts: list[_Documents]) -> _Documents:
     if len(parts) == 1:
         return parts[0]
     masks = None if all(p.mask is None for p in parts) else [p.full_mask() for p in parts]
+    shifts = np.cumsum([0] + [len(p.objects) for p in parts[:-1]])
     return _Documents(np.concatenate([p.ids for p in parts]),
                       None if masks is None else np.concatenate(masks),
                       np.concatenate([p.counts for p in parts]),
-                      [json for p in parts for json in p.jsons])
+                      np.concatenate([p.objects for p in parts]),
+                      np.concatenate([[0]] + [p.object_bounds[1:] + shift
+                                              for p, shift in zip(parts, shifts)]))
 
 
 def _npy_slices(array: np.ndarray, bounds: list[int]) -> list[bytes]:
@@ -198,29 +219,29 @@ def _full_mask(n: int) -> bytes:
     return npy_bytes(b"\x01" * n, "|u1", n)
 
 
-def _single_samples(batches: Iterator[UnitBatch | list[Document]], tokenizer: CorpusTokenizer,
-                    position: int) -> Iterator[Samples]:
+def _single_samples(documents: Iterator[_Documents], position: int) -> Iterator[Samples]:
     """A sample per document (docs_per_sample 1), from stream position `position` on."""
-    for batch in batches:
-        docs = _documents(tokenizer, batch)
+    for docs in documents:
         bounds = docs.token_bounds().tolist()
         masks = (list(map(_full_mask, docs.counts.tolist())) if docs.mask is None
                  else _npy_slices(docs.mask, bounds))
         keys = [f"{p:010d}" for p in range(position, position + len(docs))]
-        yield (keys, {"json": docs.jsons, "ids.npy": _npy_slices(docs.ids, bounds),
+        objects, at = memoryview(docs.objects), docs.object_bounds.tolist()
+        jsons = [objects[a:b - 1] for a, b in zip(at, at[1:])]  # each without its comma
+        yield (keys, {"json": jsons, "ids.npy": _npy_slices(docs.ids, bounds),
                       "mask.npy": masks}, docs.counts)
         position += len(docs)
 
 
-def _multi_samples(batches: Iterator[UnitBatch | list[Document]], tokenizer: CorpusTokenizer,
-                   position: int, per_sample: int) -> Iterator[Samples]:
+def _multi_samples(documents: Iterator[_Documents], position: int, per_sample: int
+                   ) -> Iterator[Samples]:
     """Samples of `per_sample` consecutive documents from stream position `position` on, the
     last holding the remainder. A batch's documents wait in `held` until they fill samples."""
     held: list[_Documents] = []
     count = 0
-    for batch in batches:
-        held.append(_documents(tokenizer, batch))
-        count += len(held[-1])
+    for docs in documents:
+        held.append(docs)
+        count += len(docs)
         if count >= per_sample:
             docs = _join(held)
             whole = count - count % per_sample
@@ -236,9 +257,10 @@ def _grouped(docs: _Documents, stop: int, per_sample: int, position: int) -> Sam
     first document at stream position `position`."""
     firsts = list(range(0, stop, per_sample)) + [stop]  # each sample's first document, the end
     tokens = docs.token_bounds()[firsts].tolist()
+    objects, at = memoryview(docs.objects), docs.object_bounds[firsts].tolist()
     members = {
         # documents' objects joined as orjson.dumps joins a list's items: commas, no spaces
-        "json": [b"[" + b",".join(docs.jsons[a:b]) + b"]" for a, b in zip(firsts, firsts[1:])],
+        "json": [b"[" + objects[a:b - 1] + b"]" for a, b in zip(at, at[1:])],
         "ids.npy": _npy_slices(docs.ids, tokens),
         "mask.npy": _npy_slices(docs.full_mask(), tokens),
         LENGTHS: _npy_slices(docs.counts[:stop].astype(LENGTHS_DTYPE), firsts),
@@ -249,9 +271,10 @@ def _grouped(docs: _Documents, stop: int, per_sample: int, position: int) -> Sam
 
 def _rest(docs: _Documents, start: int) -> _Documents:
     """Documents [start, end) of `docs`."""
-    at = int(docs.counts[:start].sum())
+    at, object_at = int(docs.counts[:start].sum()), docs.object_bounds[start]
     return _Documents(docs.ids[at:], None if docs.mask is None else docs.mask[at:],
-                      docs.counts[start:], docs.jsons[start:])
+                      docs.counts[start:], docs.objects[object_at:],
+                      docs.object_bounds[start:] - object_at)
 
 
 def build_eval_set(job: Job) -> dict:
