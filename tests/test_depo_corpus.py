@@ -145,7 +145,7 @@ def test_test_rows_follow_the_contract():
         assert prompt[0] == "<bos>" and prompt[-1] == "=>"
         assert [n for n in prompt if n.startswith("hop")] == [f"hop{row['k']}"]
         successor, queries = _parse(row["text"])
-        assert [list(pair) for pair in successor.items()] == row["edges"]  # context order
+        assert list(successor.items()) == list(map(tuple, row["edges"]))  # context order
         assert len(row["edges"]) == 10
         assert queries == [(row["k"], row["query"], " ".join(answer))]
         assert " ".join(answer) == _walk(successor, row["query"], row["k"])
@@ -276,10 +276,11 @@ def test_shuffles_and_draws_of_a_document_do_not_depend_on_the_others_drawn_with
 def test_documents_spelled_in_letters_read_as_those_spelled_in_words(monkeypatch):
     # a lexicon too large to give every word a unit is spelled letter by letter: same text, loss
     config = _config("max_n=12", "max_k=3", "mini_vocab=3", "max_len=3", "eval_samples=2")
-    words = list(depo.batches(config, 0, 600))
+    words, rows = list(depo.batches(config, 0, 600)), eval_rows(config)
     monkeypatch.setattr(word_tasks, "WORD_UNITS", 0)
     letters = list(depo.batches(config, 0, 600))
     assert len(words[0].ids) < len(letters[0].ids)
+    assert eval_rows(config) == rows  # test rows' texts joined from words or from letters
     for by_word, by_letter in zip(words, letters):
         assert by_word.texts() == by_letter.texts() and by_word.metas == by_letter.metas
         for batch in (by_word, by_letter):  # the loss per letter

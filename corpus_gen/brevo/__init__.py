@@ -5,5 +5,5 @@ from corpus_gen.brevo import family
 from corpus_gen.brevo.config import BrevoConfig
 from corpus_gen.core.registry import Family, register
 
-register(Family("brevo", 3, BrevoConfig, family.layout, family.records, family.eval_sets,
+register(Family("brevo", 4, BrevoConfig, family.layout, family.records, family.eval_sets,
                 batches=family.batches, vocabulary=family.vocabulary, compiled=True))

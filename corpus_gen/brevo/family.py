@@ -140,7 +140,6 @@ def eval_sets(config: BrevoConfig) -> dict[str, Callable[[], Iterator[dict]]]:
 
 def _rows(config: BrevoConfig) -> Iterator[dict]:
     """Test rows: graphs of max_n nodes, the query's depth and the edges in context order."""
-    names = np.array(vocabulary(config), dtype=object)
     for lo in range(0, config.eval_samples, BATCH):
         index = np.arange(lo, min(lo + BATCH, config.eval_samples))
         drawn = graphs(config, _test_keys(config, index), np.full(len(index), config.max_n))
@@ -153,7 +152,7 @@ def _rows(config: BrevoConfig) -> Iterator[dict]:
         edges = [list(pair) for pair in zip(context[::2], context[1::2])]
         edge_bounds = np.r_[0, np.cumsum(ends // 2)].tolist()
         queries = config.lexicon.readable(drawn.words[np.arange(len(index)), drawn.query])
-        rows = laid.spell(_tokens(config)).answer_rows(names)
+        rows = laid.answer_rows(_tokens(config))
         for i, (row, common) in enumerate(zip(index.tolist(), rows)):
             yield {"id": row, **common, "n": config.max_n,
                    "query": queries[i], "depth": int(drawn.dags.depth[i, drawn.query[i]]),

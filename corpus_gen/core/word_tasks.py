@@ -181,16 +181,17 @@ class Spelled:
     loss: np.ndarray
     offsets: np.ndarray
 
-    def answer_rows(self, names: np.ndarray) -> Iterator[dict]:
+    def rows(self, texts: list[str]) -> Iterator[dict]:
         """Each document as an eval row's common fields: `prompt` (ids through the answer
         marker), `answer` (the ids after it: the loss covers the marker and the answer) and
-        `text` (every token's name from `names`, joined by spaces)."""
-        bounds = self.offsets.tolist()
-        for a, b in zip(bounds, bounds[1:]):
-            ids = self.ids[a:b]
-            answer = int(self.loss[a:b].sum()) - 1  # the tokens after the answer marker
-            yield {"prompt": ids[:-answer].tolist(), "answer": ids[-answer:].tolist(),
-                   "text": " ".join(names[ids].tolist())}
+        `text` (texts[i], the document's tokens' names joined by spaces)."""
+        starts, ends = self.offsets[:-1], self.offsets[1:]
+        # the answer: the tokens after each document's first in the loss (the marker)
+        counted = np.flatnonzero(self.loss)
+        cuts = counted[np.searchsorted(counted, starts)] + 1
+        ids = self.ids
+        for a, c, b, text in zip(starts.tolist(), cuts.tolist(), ends.tolist(), texts):
+            yield {"prompt": ids[a:c].tolist(), "answer": ids[c:b].tolist(), "text": text}
 
 
 @dataclass
@@ -227,11 +228,32 @@ class Items:
         return Spelled(grid[grid >= 0].astype(np.int64),
                        np.repeat(self.loss, width), np.r_[0, np.cumsum(width)][self.offsets])
 
+    def texts(self, tokens: Tokens) -> list[str]:
+        """Each document's text: its items' readable forms (a word's, a marker's name) joined
+        by spaces, as its tokens' names are."""
+        if tokens.word_units:
+            strings = units(tokens).strings[self._unit_ids(tokens)].tolist()
+        else:
+            is_word = self.codes >= 0
+            named = np.array(tokens.names, dtype=object)[self.marks]
+            named[is_word] = tokens.lexicon.readable(self.codes[is_word])
+            strings = named.tolist()
+        bounds = self.offsets.tolist()
+        return [" ".join(strings[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+    def answer_rows(self, tokens: Tokens) -> Iterator[dict]:
+        """Each document as an eval row's common fields (`Spelled.rows`), its text joined from
+        its items: a few times fewer strings than its tokens."""
+        return self.spell(tokens).rows(self.texts(tokens))
+
+    def _unit_ids(self, tokens: Tokens) -> np.ndarray:
+        """Each item's unit of `units(tokens)`, where words are units."""
+        return np.where(self.codes >= 0, self.codes + len(tokens.names) - 1, self.marks - 1)
+
     def unit_batch(self, tokens: Tokens, metas: list[str]) -> UnitBatch:
         """The documents as a UnitBatch of `units(tokens)`."""
         if tokens.word_units:
-            ids = np.where(self.codes >= 0, self.codes + len(tokens.names) - 1, self.marks - 1)
-            return UnitBatch(units(tokens), ids, self.offsets, metas, self.loss)
+            return UnitBatch(units(tokens), self._unit_ids(tokens), self.offsets, metas, self.loss)
         spelled = self.spell(tokens)
         return UnitBatch(units(tokens), spelled.ids - 1, spelled.offsets, metas, spelled.loss)
 

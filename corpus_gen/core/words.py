@@ -25,6 +25,7 @@ MAX_DOCUMENTS = 1 << 12  # documents drawn in one call (their index takes 12 bit
 MAX_ELEMENTS = 1 << 20  # elements of one document shuffled at once (20 bits)
 _TABLE_WORDS = 1 << 16  # lexicons up to this size are spelled from a table of every word
 _DENSE_CELLS = 1 << 22  # (document, code) cells up to which a batch finds first draws in a table
+_SHUFFLE_ALL = 1 << 13  # words of one length up to which draw_shuffled orders them all
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's step: odd, so every counter differs
 
 
@@ -108,7 +109,7 @@ class Lexicon:
         return distinct_words_possible(self.mini_vocab, self.min_len, self.max_len)
 
     @cached_property
-    def _bases(self) -> np.ndarray:
+    def bases(self) -> np.ndarray:
         counts = [self.mini_vocab ** length for length in range(self.min_len, self.max_len + 1)]
         return np.cumsum([0, *counts]).astype(np.int64)  # code where each length starts, and end
 
@@ -141,19 +142,30 @@ class Lexicon:
         n-subset in a uniform order, and so are those (no redraw, no sort of draws, one
         shuffle)."""
         counts = np.asarray(counts, dtype=np.int64)
-        if (self.min_len < self.max_len or len(keys) * self.size > _DENSE_CELLS
-                or self.size > MAX_ELEMENTS):
+        if not self.shuffles_all:
             return self.draw(keys, counts, tag)[shuffled(keys, counts, order_tag)]
+        step = _DENSE_CELLS // self.size  # documents whose orders fit the cells at once
+        if len(keys) > step:
+            return np.concatenate([self.draw_shuffled(keys[lo:lo + step], counts[lo:lo + step],
+                                                      tag, order_tag)
+                                   for lo in range(0, len(keys), step)])
         everything = np.full(len(keys), self.size)
         codes = shuffled(keys, everything, order_tag) - np.repeat(np.arange(len(keys)) * self.size,
                                                                   self.size)
         return codes[np.tile(np.arange(self.size), len(keys)) < np.repeat(counts, self.size)]
 
+    @property
+    def shuffles_all(self) -> bool:
+        """Whether `draw_shuffled` takes a random order of every word: one word length of at
+        most _SHUFFLE_ALL words (whatever the batch: a document never depends on the others
+        drawn with it)."""
+        return self.min_len == self.max_len and self.size <= _SHUFFLE_ALL
+
     def _budget(self, counts: np.ndarray) -> np.ndarray:
         """Draws that give counts[i] distinct words with high probability: the expected number
         (distinct words after t draws, summed over the lengths, is sum s (1 - (1 - p/s)^t) for
         a length of s words drawn with probability p) with a margin; short documents redraw."""
-        sizes = np.diff(self._bases).astype(np.float64)
+        sizes = np.diff(self.bases).astype(np.float64)
         most = int(counts.max(initial=0))
         limit = 2 * most + 16
         while True:
@@ -176,9 +188,9 @@ class Lexicon:
         u = ((hash_each(keys[docs], draw + (tag << 40)) >> np.uint64(11)).astype(np.float64)
              * (2.0 ** -53 * (self.max_len - self.min_len + 1)))
         lengths = u.astype(np.int64)
-        words = self._bases[lengths + 1] - self._bases[lengths]
+        words = self.bases[lengths + 1] - self.bases[lengths]
         values = np.minimum(((u - lengths) * words).astype(np.int64), words - 1)
-        codes = self._bases[lengths] + values
+        codes = self.bases[lengths] + values
         new = self._firsts(docs, codes, draw, int(budget.max(initial=0)), len(keys))
         # the first draws counted in draw order: keep each document's first counts[i]
         seen = np.cumsum(new)
@@ -216,7 +228,7 @@ class Lexicon:
         return new
 
     def lengths(self, codes: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self._bases, codes, side="right") - 1 + self.min_len
+        return np.searchsorted(self.bases, codes, side="right") - 1 + self.min_len
 
     def spell(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The words spelled as a table and each code's row in it. A row holds a word's
@@ -235,7 +247,7 @@ class Lexicon:
 
     def _spelled(self, codes: np.ndarray) -> np.ndarray:
         lengths = self.lengths(codes)
-        values = codes - self._bases[lengths - self.min_len]
+        values = codes - self.bases[lengths - self.min_len]
         places = self.mini_vocab ** np.arange(self.max_len - 1, -1, -1, dtype=np.int64)
         letters = values[:, None] // places % self.mini_vocab
         letters[:, -1] += self.mini_vocab
@@ -244,7 +256,17 @@ class Lexicon:
 
     def readable(self, codes: np.ndarray) -> list[str]:
         """Each word's readable form."""
+        codes = np.asarray(codes, dtype=np.int64)
+        if self.size <= _TABLE_WORDS:
+            return self._readable[codes].tolist()
+        distinct, rows = np.unique(codes, return_inverse=True)
+        return self._joined(self._spelled(distinct))[rows].tolist()
+
+    @cached_property
+    def _readable(self) -> np.ndarray:
+        return self._joined(self._table)
+
+    def _joined(self, table: np.ndarray) -> np.ndarray:
+        """The readable form of each row of a `spell` table, as an object array."""
         names = np.array([*letter_names(self.mini_vocab), ""], dtype=object)  # -1: no letter
-        table, rows = self.spell(np.asarray(codes, dtype=np.int64))
-        spelled = [" ".join(row).strip() for row in names[table].tolist()]
-        return [spelled[row] for row in rows.tolist()]
+        return np.array([" ".join(row).strip() for row in names[table].tolist()], dtype=object)

@@ -5,5 +5,5 @@ from corpus_gen.core.registry import Family, register
 from corpus_gen.depo import family
 from corpus_gen.depo.config import DepoConfig
 
-register(Family("depo", 2, DepoConfig, family.layout, family.records, family.eval_sets,
-                batches=family.batches, vocabulary=family.vocabulary))
+register(Family("depo", 3, DepoConfig, family.layout, family.records, family.eval_sets,
+                batches=family.batches, vocabulary=family.vocabulary, compiled=True))

@@ -17,7 +17,7 @@ from corpus_gen.core.records import BATCH, Record, UnitBatch, batch_records
 from corpus_gen.core.registry import Layout
 from corpus_gen.core.seeding import derive_key
 from corpus_gen.core.vocabulary import EOS
-from corpus_gen.core.words import letter_names, shuffled
+from corpus_gen.core.words import letter_names
 from corpus_gen.depo.config import DepoConfig
 
 BOS, ANSWER = "<bos>", "=>"
@@ -77,8 +77,12 @@ class Cycles:
 
 def cycles(config: DepoConfig, keys: np.ndarray, n: np.ndarray) -> Cycles:
     """The cycles of n[i] distinct words, each from its key."""
+    # draws.py compiles with numba (~1 s to import and load): paid when documents are drawn,
+    # not by every command that registers the families
+    from corpus_gen.depo import draws
+
     # each document's words in a random order: its cycle
-    words = config.lexicon.draw_shuffled(keys, n, _WORDS, _CYCLE)
+    words = draws.cycle_words(config.lexicon, keys, n, _WORDS, _CYCLE)
     return Cycles(keys, n, words, np.r_[0, np.cumsum(n)])
 
 
@@ -109,7 +113,6 @@ def _train_cycles(config: DepoConfig, start: int, stop: int) -> Cycles:
 class Documents:
     cycles: Cycles
     items: word_tasks.Items
-    pairs: np.ndarray  # positions of the listed pairs' first words, in context order
     queries: np.ndarray  # positions of the queried words, in order
     hops: np.ndarray  # k of each query
 
@@ -118,27 +121,15 @@ def documents(config: DepoConfig, drawn: Cycles, queries: np.ndarray,
               hops: np.ndarray | None) -> Documents:
     """The documents of the cycles with `queries[i]` queries each; their k drawn from 1..K, or
     `hops` (one per query) when given."""
-    n, docs = drawn.n, drawn.docs
-    pairs = shuffled(drawn.keys, n, _PAIRS)
-    asked = shuffled(drawn.keys, n, _QUERIES)
-    rank = np.arange(len(docs)) - drawn.offsets[docs]  # rank within its document
-    asked = asked[rank < queries[docs]]
-    asked_docs, asked_rank = docs[asked], rank[rank < queries[docs]]
-    if hops is None:
-        hops = word_tasks.below(drawn.keys[asked_docs], config.max_k, _HOPS, asked_rank) + 1
-    items = word_tasks.Items.empty(np.r_[0, np.cumsum(1 + 2 * n + 4 * queries)])
-    starts, codes, marks = items.offsets, items.codes, items.marks
+    from corpus_gen.depo import draws  # numba, as in cycles()
+
+    n, keys = drawn.n, drawn.keys
+    pairs = draws.first_places(keys, n, n, _PAIRS)
+    asked = draws.first_places(keys, n, queries, _QUERIES)
     tokens = _tokens(config)
-    marks[starts[:-1]] = tokens[BOS]
-    at = starts[docs] + 1 + 2 * rank  # the listed pairs
-    codes[at], codes[at + 1] = drawn.words[pairs], drawn.words[drawn.ahead(pairs, 1)]
-    at = starts[asked_docs] + 1 + 2 * n[asked_docs] + 4 * asked_rank  # the queries
-    marks[at] = tokens["hop1"] - 1 + hops
-    codes[at + 1] = drawn.words[asked]
-    marks[at + 2] = tokens[ANSWER]
-    codes[at + 3] = drawn.words[drawn.ahead(asked, hops)]
-    items.loss[at + 2] = items.loss[at + 3] = 1
-    return Documents(drawn, items, pairs, asked, hops)
+    items, hops = draws.lay_out(keys, drawn.words, n, pairs, asked, queries, hops, config.max_k,
+                                _HOPS, (tokens[BOS], tokens["hop1"], tokens[ANSWER]))
+    return Documents(drawn, items, asked, hops)
 
 
 def batches(config: DepoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
@@ -180,20 +171,20 @@ def eval_sets(config: DepoConfig) -> dict[str, Callable[[], Iterator[dict]]]:
 
 def _rows(config: DepoConfig) -> Iterator[dict]:
     """Test rows: a cycle of max_n words, one query of the row's k; eval_samples rows per k."""
-    names = np.array(vocabulary(config), dtype=object)
     hops = np.repeat(config.tested_hops(), config.eval_samples)
+    readable = config.lexicon.readable
     for lo in range(0, len(hops), BATCH):
         index = np.arange(lo, min(lo + BATCH, len(hops)))
         keys = _test_keys(config, index)
         drawn = cycles(config, keys, np.full(len(index), config.max_n))
         docs = documents(config, drawn, np.ones(len(index), dtype=np.int64), hops[index])
-        words = config.lexicon.readable(drawn.words)
-        listed = docs.pairs  # the context's pairs, all rows back to back
-        edges = [list(pair) for pair in zip(config.lexicon.readable(drawn.words[listed]),
-                                            config.lexicon.readable(
-                                                drawn.words[drawn.ahead(listed, 1)]))]
-        rows = docs.items.spell(_tokens(config)).answer_rows(names)
-        for i, (row, common) in enumerate(zip(index.tolist(), rows)):
-            yield {"id": row, **common, "n": config.max_n,
-                   "k": int(docs.hops[i]), "query": words[docs.queries[i]],
-                   "edges": edges[drawn.offsets[i]:drawn.offsets[i + 1]]}
+        # the context's pairs, all rows back to back: items 1..2n of each row's 2n + 5
+        pairs = docs.items.codes.reshape(len(index), -1)[:, 1:1 + 2 * config.max_n]
+        listed = readable(pairs.ravel())
+        # pairs as tuples: JSON arrays all the same, and cheaper for the garbage collector
+        edges = list(zip(listed[::2], listed[1::2]))
+        for i, (row, common, k, query) in enumerate(zip(
+                index.tolist(), docs.items.answer_rows(_tokens(config)), docs.hops.tolist(),
+                readable(drawn.words[docs.queries]))):
+            yield {"id": row, **common, "n": config.max_n, "k": k, "query": query,
+                   "edges": edges[i * config.max_n:(i + 1) * config.max_n]}
