@@ -12,6 +12,7 @@ from scipy.stats import chi2
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import get_family
+from corpus_gen.core.seeding import randint
 from corpus_gen.core.shards import read_shard
 from corpus_gen.mano import expressions
 from launch.cli import main
@@ -152,6 +153,14 @@ def test_the_number_of_operators_is_uniform_and_the_left_operand_split_as_the_of
     assert max(leaves) / min(leaves) < 1.15
     per_op = [words[a] + words[b] for a, b in (("+", "plus"), ("-", "minus"), ("*", "times"))]
     assert max(per_op) / min(per_op) < 1.08
+
+
+@pytest.mark.parametrize("max_ops", [1, 10, 64])
+def test_the_compiled_operator_counts_are_the_seeded_draw(max_ops):
+    # l ~ U{1..L} per document: the kernel's hash must be seeding.randint's, bit for bit
+    index = np.arange(10_000) * 7919 + 3
+    assert (expressions.operator_counts(2 ** 63 + 12345, index, max_ops)
+            == randint(2 ** 63 + 12345, index, max_ops) + 1).all()
 
 
 def test_both_synonyms_of_each_operator_are_used_about_equally():

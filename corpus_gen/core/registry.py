@@ -54,7 +54,8 @@ class Family:
     compiled: bool = False
 
     def document_batches(self, config: CorpusConfig, start: int, stop: int) -> Iterator[Batch]:
-        """The documents at stream positions [start, stop), in batches of at most BATCH."""
+        """The documents at stream positions [start, stop), in batches of at most BATCH (a
+        family whose documents are a few tokens may hand out larger ones)."""
         if self.batches is not None:
             yield from self.batches(config, start, stop)
             return

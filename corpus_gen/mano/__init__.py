@@ -7,4 +7,4 @@ from corpus_gen.mano import family
 from corpus_gen.mano.config import ManoConfig
 
 register(Family("mano", 2, ManoConfig, family.layout, family.records, family.eval_sets,
-                batches=family.batches, vocabulary=family.vocabulary))
+                batches=family.batches, vocabulary=family.vocabulary, compiled=True))

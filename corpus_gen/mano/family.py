@@ -14,9 +14,8 @@ import numpy as np
 
 from corpus_gen.core.records import BATCH, Record, UnitBatch, Units, batch_records
 from corpus_gen.core.registry import Layout
-from corpus_gen.core.seeding import derive_key, randint
+from corpus_gen.core.seeding import derive_key
 from corpus_gen.core.vocabulary import EOS
-from corpus_gen.mano import expressions
 from corpus_gen.mano.config import OPERATORS, ManoConfig
 
 BOS, ANSWER = "<bos>", "="
@@ -31,8 +30,9 @@ class Tokens:
     names: tuple[str, ...]
     units: Units  # every name but EOS: one per token, one table per vocabulary
     length: int  # id of len1 (len<l> is length + l - 1)
-    operator: np.ndarray  # (4, 2): id of OPERATORS[k] written with synonym s, -1 if not used
-    number: int  # id of number 0
+    # (p + 4, 2): the id of expression code c (number c, or operator OPERATORS[c - p]) written
+    # with synonym s; -1 for an operator not used
+    code: np.ndarray
     answer: int  # id of "="
 
 
@@ -43,9 +43,10 @@ def tokens(max_ops: int, operators: str, modulus: int) -> Tokens:
     for op in operators:
         operator[OPERATORS.index(op)] = [len(names), len(names) + 1]
         names += SYNONYMS[op]
-    number = len(names)
+    numbers = np.arange(len(names), len(names) + modulus)
     names += [*map(str, range(modulus)), ANSWER]
-    return Tokens(tuple(names), Units(names[1:]), 2, operator, number, len(names) - 1)
+    code = np.concatenate([np.stack([numbers, numbers], 1), operator])
+    return Tokens(tuple(names), Units(names[1:]), 2, code, len(names) - 1)
 
 
 def _tokens(config: ManoConfig) -> Tokens:
@@ -62,51 +63,42 @@ def layout(config: ManoConfig) -> Layout:
                            "max_ops": config.max_ops, "modulus": config.modulus})
 
 
-def _draw(config: ManoConfig, stream: str, index: np.ndarray, ops: np.ndarray,
-          avoid: np.ndarray | None = None) -> expressions.Expressions:
-    return expressions.draw(derive_key(config.seed, "mano", stream), index, ops,
-                            config.operators(), config.modulus, config.max_ops, avoid)
-
-
 def _test_ops(config: ManoConfig, index: np.ndarray) -> np.ndarray:
     """Test row i has l = i // eval_samples + 1: eval_samples rows per l."""
     return index // config.eval_samples + 1
+
+
+def _arguments(config: ManoConfig, stream: str) -> tuple:
+    """`expressions.draw`'s and `documents`' key and shape arguments for a stream."""
+    return derive_key(config.seed, "mano", stream), config.operators(), config.modulus, \
+        config.max_ops
 
 
 @functools.lru_cache(maxsize=4)
 def _test_instances(seed: int, max_ops: int, operators: str, modulus: int,
                     eval_samples: int) -> np.ndarray:
     """The sorted instance hashes of every `mano_test` expression."""
+    from corpus_gen.mano import expressions  # numba: paid when expressions are drawn
+
     config = ManoConfig(seed=seed, max_ops=max_ops, ops=operators, modulus=modulus,
                         eval_samples=eval_samples)
     index = np.arange(max_ops * eval_samples)
-    drawn = _draw(config, "test", index, _test_ops(config, index))
-    return np.unique(expressions.instance_hashes(drawn.codes))
+    key, *shape = _arguments(config, "test")
+    return np.unique(expressions.draw(key, index, _test_ops(config, index), *shape).instance)
 
 
-def _token_ids(table: Tokens, drawn: expressions.Expressions, modulus: int) -> np.ndarray:
-    """(B, 2L+1) int32 token ids of the expressions, -1 after each one's end: a lookup of
-    (code, synonym), PAD first."""
-    lookup = np.full((modulus + len(OPERATORS) + 1, 2), -1, dtype=np.int32)
-    lookup[1:modulus + 1] = (table.number + np.arange(modulus))[:, None]
-    lookup[modulus + 1:] = table.operator
-    return lookup.ravel()[(drawn.codes + 1) * 2 + drawn.synonym]
+def _documents(config: ManoConfig, stream: str, index: np.ndarray, ops: np.ndarray,
+               unit: int, avoid: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`expressions.documents` of the stream, in token ids less `unit` (1: unit ids, unit i
+    is token i + 1)."""
+    from corpus_gen.mano import expressions  # numba, as in _test_instances
 
-
-def _documents(config: ManoConfig, table: Tokens, drawn: expressions.Expressions,
-               ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(B, 2L+5) int32 token ids of whole documents, -1 after each one's end, and the loss
-    column per document (where "=" is)."""
-    n, width = drawn.codes.shape
-    docs = np.empty((n, width + 4), dtype=np.int32)
-    docs[:, 0] = table.names.index(BOS)
-    docs[:, 1] = table.length + ops - 1
-    docs[:, 2:width + 2] = _token_ids(table, drawn, config.modulus)
-    docs[:, width + 2:] = -1
-    flat, answer_at = docs.ravel(), 2 * ops + 3
-    at = np.arange(n) * (width + 4) + answer_at
-    flat[at], flat[at + 1] = table.answer, table.number + drawn.value
-    return docs, answer_at
+    table = _tokens(config)
+    spelling = expressions.Spelling(table.code - unit, table.names.index(BOS) - unit,
+                                    table.length - unit, table.answer - unit)
+    key, *shape = _arguments(config, stream)
+    return expressions.documents(key, index, ops, *shape, spelling, avoid)
 
 
 @functools.lru_cache(maxsize=16)
@@ -117,8 +109,10 @@ def _metas(max_ops: int, modulus: int) -> np.ndarray:
 
 
 def batches(config: ManoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
-    """Drawn BLOCK documents at a time (each numpy step then spans many documents), handed
-    out BATCH at a time."""
+    """Drawn and handed out BLOCK documents at a time: each call then spans many documents, and
+    a block of mano's short documents (~130k tokens) costs the writer its per-batch steps once."""
+    from corpus_gen.mano import expressions  # numba, as in _test_instances
+
     table = _tokens(config)
     avoid = _test_instances(config.seed, config.max_ops, config.operators(), config.modulus,
                             config.eval_samples)
@@ -126,16 +120,12 @@ def batches(config: ManoConfig, start: int, stop: int) -> Iterator[UnitBatch]:
     metas = _metas(config.max_ops, config.modulus)
     for lo in range(start, stop, BLOCK):
         index = np.arange(lo, min(lo + BLOCK, stop))
-        ops = randint(ops_key, index, config.max_ops) + 1  # l ~ U{1..L}
-        drawn = _draw(config, "train", index, ops, avoid)
-        docs, _ = _documents(config, table, drawn, ops)
-        ids = docs[docs >= 0].astype(np.int64) - 1  # unit i is token i + 1
-        offsets = np.concatenate([[0], np.cumsum(2 * ops + 5)])
+        ops = expressions.operator_counts(ops_key, index, config.max_ops)  # l ~ U{1..L}
+        ids, offsets, value = _documents(config, "train", index, ops, 1, avoid)
         loss = np.zeros(len(ids), dtype=np.uint8)  # "=" and the answer: each document's last two
         loss[offsets[1:] - 1] = loss[offsets[1:] - 2] = 1
-        yield from UnitBatch(table.units, ids, offsets,
-                             metas[(ops - 1) * config.modulus + drawn.value].tolist(),
-                             loss).chunks()
+        yield UnitBatch(table.units, ids, offsets,
+                        metas[(ops - 1) * config.modulus + value].tolist(), loss)
 
 
 def records(config: ManoConfig, start: int, stop: int) -> Iterator[Record]:
@@ -149,17 +139,18 @@ def eval_sets(config: ManoConfig) -> dict[str, Callable[[], Iterator[dict]]]:
 
 def _rows(config: ManoConfig) -> Iterator[dict]:
     """`eval_samples` test expressions per l = 1..L, l ascending."""
-    table = _tokens(config)
-    symbols = [*map(str, range(config.modulus)), *OPERATORS]
+    names = _tokens(config).names
+    # each token's readable symbol: an operator's, whichever synonym writes it
+    symbols = [{word: op for op, words in SYNONYMS.items() for word in words}.get(name, name)
+               for name in names]
     for lo in range(0, config.max_ops * config.eval_samples, BATCH):
         index = np.arange(lo, min(lo + BATCH, config.max_ops * config.eval_samples))
         ops = _test_ops(config, index)
-        drawn = _draw(config, "test", index, ops)
-        docs, answer_at = _documents(config, table, drawn, ops)
-        for i, doc in enumerate(docs.tolist()):
-            end = answer_at[i] + 1
-            codes = drawn.codes[i, :end - 3].tolist()
-            yield {"id": int(index[i]), "prompt": doc[:end], "answer": doc[end:end + 1],
-                   "text": " ".join(table.names[t] for t in doc[:end + 1]),
-                   "ops": int(ops[i]), "expression": " ".join(symbols[c] for c in codes),
-                   "value": int(drawn.value[i])}
+        ids, offsets, value = _documents(config, "test", index, ops, 0)
+        ids, bounds = ids.tolist(), offsets.tolist()
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            doc = ids[a:b]
+            yield {"id": int(index[i]), "prompt": doc[:-1], "answer": doc[-1:],
+                   "text": " ".join(names[t] for t in doc), "ops": int(ops[i]),
+                   "expression": " ".join(symbols[t] for t in doc[2:-2]),
+                   "value": int(value[i])}
