@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus_gen.core.compiled_hash import hash_draw
 from corpus_gen.core.jit import njit
 from corpus_gen.core.word_tasks import below
 
@@ -47,17 +48,6 @@ def draw(keys: np.ndarray, n: np.ndarray) -> Dags:
     depth = np.zeros((count, width), dtype=np.int64)
     _walk(keys.astype(np.uint64), n.astype(np.int64), roots, parents, depth)
     return Dags(n, roots, parents, depth)
-
-
-@njit(cache=True)
-def hash_draw(key, counter):  # pragma: no cover - compiled
-    """words.hash_each for one key and counter (splitmix64), for brevo's compiled loops (the
-    walk here, items.py's layout): hashing their draws with numpy first cost more than the
-    loops."""
-    x = key + counter * np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
 
 
 @njit(cache=True)

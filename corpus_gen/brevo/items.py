@@ -11,8 +11,9 @@ then node: 64-bit keys of depth, the draw's top bits and the node.
 
 import numpy as np
 
-from corpus_gen.brevo.dag import MAX_DEGREE, Dags, hash_draw
+from corpus_gen.brevo.dag import MAX_DEGREE, Dags
 from corpus_gen.core import word_tasks
+from corpus_gen.core.compiled_hash import hash_draw
 from corpus_gen.core.jit import njit
 
 

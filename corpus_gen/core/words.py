@@ -26,7 +26,7 @@ MAX_ELEMENTS = 1 << 20  # elements of one document shuffled at once (20 bits)
 _TABLE_WORDS = 1 << 16  # lexicons up to this size are spelled from a table of every word
 _DENSE_CELLS = 1 << 22  # (document, code) cells up to which a batch finds first draws in a table
 _SHUFFLE_ALL = 1 << 13  # words of one length up to which draw_shuffled orders them all
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's step: odd, so every counter differs
+GAMMA = 0x9E3779B97F4A7C15  # splitmix64's step: odd, so every counter differs
 
 
 def letter_names(mini_vocab: int) -> tuple[str, ...]:
@@ -68,7 +68,7 @@ def hash_each(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
     counter how many steps along)."""
     with np.errstate(over="ignore"):
         return mix64(np.asarray(keys, dtype=np.uint64)
-                     + np.asarray(counters, dtype=np.uint64) * _GAMMA)
+                     + np.asarray(counters, dtype=np.uint64) * np.uint64(GAMMA))
 
 
 def shuffled(keys: np.ndarray, sizes: np.ndarray, tag: int) -> np.ndarray:

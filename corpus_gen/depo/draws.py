@@ -10,11 +10,10 @@ call of cached kernels take ~1 s of CPU.
 
 import numpy as np
 
+from corpus_gen.core.compiled_hash import GAMMA, hash_draw
 from corpus_gen.core.jit import njit
 from corpus_gen.core.word_tasks import Items
 from corpus_gen.core.words import MAX_ELEMENTS, Lexicon
-
-_GAMMA = 0x9E3779B97F4A7C15  # words.hash_each's step
 
 
 def cycle_words(lexicon: Lexicon, keys: np.ndarray, n: np.ndarray, tag: int, order_tag: int
@@ -65,15 +64,6 @@ def lay_out(keys: np.ndarray, words: np.ndarray, n: np.ndarray, pairs: np.ndarra
 
 
 @njit(cache=True)
-def _hash(key, counter):  # pragma: no cover - compiled
-    """words.hash_each for one key and counter (splitmix64)."""
-    x = key + counter * np.uint64(_GAMMA)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-@njit(cache=True)
 def _order(key, size, tag, packed, drawn, heads):  # pragma: no cover - compiled
     """words.shuffled for one document: packed[:size] sorted by (32 random bits, index), whose
     low 20 bits are then the order's indices. A bucket sort (numba's sort took 3-4x as long):
@@ -85,7 +75,7 @@ def _order(key, size, tag, packed, drawn, heads):  # pragma: no cover - compiled
     shift = np.uint64(52 - bits)  # the packed values have 52 bits
     heads[:(1 << bits) + 1] = 0
     for i in range(size):
-        draw = _hash(key, np.uint64(i) + tag) >> np.uint64(32) << np.uint64(20) | np.uint64(i)
+        draw = hash_draw(key, np.uint64(i) + tag) >> np.uint64(32) << np.uint64(20) | np.uint64(i)
         drawn[i] = draw
         heads[np.int64(draw >> shift) + 1] += 1
     for bucket in range(1 << bits):
@@ -153,13 +143,13 @@ def _cycle_words(keys, n, bases, scale, shuffles_all, tag, order_tag, out
         table[:] = -1
         found, j = 0, 0
         while found < count:
-            u = np.float64(_hash(key, np.uint64(j) + tag) >> np.uint64(11)) * scale
+            u = np.float64(hash_draw(key, np.uint64(j) + tag) >> np.uint64(11)) * scale
             length = np.int64(u)
             words = bases[length + 1] - bases[length]
             code = bases[length] + min(np.int64((u - np.float64(length)) * np.float64(words)),
                                        words - 1)
             # the code's slot: 24 bits of a multiplicative hash (slots <= 2 * MAX_N < 2**24)
-            slot = np.int64(np.uint64(code) * np.uint64(_GAMMA) >> np.uint64(40)) & (slots - 1)
+            slot = np.int64(np.uint64(code) * np.uint64(GAMMA) >> np.uint64(40)) & (slots - 1)
             while table[slot] != -1 and table[slot] != code:
                 slot = (slot + 1) & (slots - 1)
             if table[slot] == -1:
@@ -188,7 +178,7 @@ def _lay_out(keys, words, n, pairs, asked, queries, hops, drawn_hops, max_k, hop
             marks[place] = marks[place + 1] = loss[place] = loss[place + 1] = 0
         for rank in range(queries[doc]):
             if drawn_hops:
-                hops[at + rank] = np.int64(_hash(keys[doc], np.uint64(rank) + hop_tag)
+                hops[at + rank] = np.int64(hash_draw(keys[doc], np.uint64(rank) + hop_tag)
                                            % max_k) + 1
             hop, query = hops[at + rank], asked[at + rank]
             place = item + 1 + 2 * size + 4 * rank

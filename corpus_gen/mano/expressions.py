@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus_gen.brevo.dag import hash_draw
+from corpus_gen.core.compiled_hash import hash_draw
 from corpus_gen.core.jit import njit
 from corpus_gen.mano.config import OPERATORS
 
