@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         base = median(without)[0]
         for c in (without, canon):
             rate, quiet = median(c)
-            ratio = "1.00" if c is without else f"{rate / base:.2f}"
+            ratio = "1.000" if c is without else f"{rate / base:.3f}"
             print(f"| {c.name} | {rate:,.0f} | {quiet}/{len(c.rates)} "
                   f"| {statistics.median(c.rates):,.0f} | {ratio} |")
     print()

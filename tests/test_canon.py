@@ -18,7 +18,7 @@ from trainer.checkpoint import checkpoint_weights, load_weights
 from trainer.engine import train
 from trainer.errors import TrainError
 from trainer.model import GPT, ModelConfig
-from trainer.model.canon import Canon, CanonConv, canon_inputs, canon_sites
+from trainer.model.canon import Canon, CanonConv, _masked_sum, canon_inputs, canon_sites
 from trainer.model.config import model_config_from_dict
 from trainer.model.errors import ModelConfigError
 from trainer.model.positional_options import RopeOptions
@@ -82,28 +82,38 @@ def test_the_hand_written_backward_is_the_gradient_of_the_forward(kernel, packed
     w = torch.randn(3, kernel, dtype=torch.float64, requires_grad=True)
     for extra in (0.0, 1.0):
         assert torch.autograd.gradcheck(
-            lambda x, w, extra=extra: CanonConv.apply(x, w, inputs.crossing(x), extra), (x, w))
+            lambda x, w, extra=extra: CanonConv.apply(x, w, inputs.reach(x), extra), (x, w))
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-doc"])
-def test_the_taps_that_read_across_a_row_or_document_are_listed(packed):
-    """Rows [0 0 | 1 1 1] and [0 0 0 0 0], kernel 3, as one sequence of 10 tokens: flat token 2
-    (a document's first) reads 1 and 0 of the document before, 3 reads 1; 5 (row 1's first)
-    reads 4 and 3 of row 0, 6 reads 4; token 0's taps read the zero padding, no token."""
+def test_each_token_reaches_back_over_its_own_row_and_document_only(packed):
+    """Rows [0 0 | 1 1 1] and [0 0 0 0 0], kernel 3, as one sequence of 10 tokens: a row's or
+    document's first token reads no earlier one, the next one token back, the rest K-1 = 2."""
     docs = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
-    crossing = canon_inputs(3, 2, docs if packed else None, None).crossing(torch.zeros(2, 5, 1))
-    index, read = ([2, 2, 3, 5, 5, 6], [1, 0, 1, 4, 3, 4]) if packed else ([5, 5, 6], [4, 3, 4])
-    assert crossing.index.tolist() == index and crossing.read.tolist() == read
-    assert crossing.tap.tolist() == [2 - (i - r) for i, r in zip(index, read)]  # tap K-1-lag
-    assert crossing.token.tolist() == ([2, 3, 5, 6] if packed else [5, 6])
-    # the taps of those tokens within their own document: 3 and 6 also read one place back
-    own = [(2, 2), (3, 3), (3, 2), (5, 5), (6, 6), (6, 5)] if packed else [(5, 5), (6, 6), (6, 5)]
-    assert list(zip(crossing.own_token.tolist(), crossing.own_read.tolist())) == own
-    # the taps' gradient sums tokens 2 on: it adds tokens 0 and 1's taps, takes back the
-    # crossing ones
-    pairs = [(0, 0, 1.0), (1, 1, 1.0), (1, 0, 1.0)] + [(i, r, -1.0) for i, r in zip(index, read)]
-    assert list(zip(crossing.pair_token.tolist(), crossing.pair_read.tolist(),
-                    crossing.pair_sign[:, 0].tolist())) == pairs
+    reach = canon_inputs(3, 2, docs if packed else None, None).reach(torch.zeros(2, 5, 1))
+    assert reach.tolist() == ([0, 1, 0, 1, 2] if packed else [0, 1, 2, 2, 2]) + [0, 1, 2, 2, 2]
+
+
+def test_the_gradients_have_the_same_bits_for_any_thread_count():
+    """The tokens run in fixed chunks shared among torch's threads; the taps' gradient sums the
+    chunks in order. 3 rows of 1,000 tokens: three chunks, on one thread or split among two."""
+    docs = torch.arange(3000).reshape(3, 1000) // 70
+    inputs = canon_inputs(4, 3, docs, None)
+    torch.manual_seed(0)
+    x, w, dz = torch.randn(3, 1000, 16), torch.randn(16, 4), torch.randn(3, 1000, 16)
+    grads = []
+    threads = torch.get_num_threads()
+    for count in (1, 2):
+        torch.set_num_threads(count)
+        xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+        CanonConv.apply(xc, wc, inputs.reach(xc), 1.0).backward(dz)
+        grads.append((xc.grad, wc.grad))
+    torch.set_num_threads(threads)
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()  # and they are gradients
+    (_masked_sum(xr, wr, inputs, (0, "a"), 1.0) * dz).sum().backward()  # plain autograd
+    assert (grads[0][0] - xr.grad).abs().max() < 1e-4
+    assert (grads[0][1] - wr.grad).abs().max() < 1e-5 * wr.grad.abs().max()
 
 
 def test_no_output_changes_by_a_bit_when_another_row_or_document_does():
@@ -114,7 +124,7 @@ def test_no_output_changes_by_a_bit_when_another_row_or_document_does():
     changed[0, :3] += 1  # row 0's first document
     changed[0, 5:] -= 1  # its last: row 1 runs after it in CanonConv's one sequence
     inputs = canon_inputs(4, 2, docs, None)
-    y, y_changed = (CanonConv.apply(v, w, inputs.crossing(v), 1.0) for v in (x, changed))
+    y, y_changed = (CanonConv.apply(v, w, inputs.reach(v), 1.0) for v in (x, changed))
     assert torch.equal(y[0, 3:5], y_changed[0, 3:5]) and torch.equal(y[1], y_changed[1])
     assert (y[0, :3] != y_changed[0, :3]).all()  # the changed document itself does change
 
@@ -125,11 +135,11 @@ def test_sequences_shorter_than_the_kernel_are_the_explicit_sum(batch, length):
     x = torch.randn(batch, length, 3, dtype=torch.float64, requires_grad=True)
     w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     inputs = canon_inputs(4, batch, None, None)
-    got = CanonConv.apply(x, w, inputs.crossing(x), 0.0)
+    got = CanonConv.apply(x, w, inputs.reach(x), 0.0)
     truth = explicit(x.detach(), w.detach()[:, None], torch.zeros(batch, length), False, False)
     assert (got - truth).abs().max() < 1e-6  # explicit sums in float32
     assert torch.autograd.gradcheck(
-        lambda x, w: CanonConv.apply(x, w, inputs.crossing(x), 1.0), (x, w))
+        lambda x, w: CanonConv.apply(x, w, inputs.reach(x), 1.0), (x, w))
 
 
 def test_the_convolution_starts_as_pytorchs_conv1d_and_gpt_init_leaves_it():

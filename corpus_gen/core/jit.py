@@ -13,7 +13,7 @@ _hide_scipy = "scipy" not in sys.modules
 if _hide_scipy:
     sys.modules["scipy"] = None  # `import scipy` raises ImportError: numba records "no BLAS"
 try:
-    from numba import njit, prange
+    from numba import njit
     from numba.core.registry import cpu_target
 
     cpu_target.target_context.refresh()  # the setup that runs the probe, done now
@@ -21,4 +21,4 @@ finally:
     if _hide_scipy:
         del sys.modules["scipy"]
 
-__all__ = ["njit", "prange"]
+__all__ = ["njit"]
