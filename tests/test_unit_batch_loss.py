@@ -12,7 +12,7 @@ NAMES = ("<eos>", "a", "bb", "=>", "ccc")
 
 def _masks(tokenizer, batch) -> list[list[int]]:
     """Each document's loss mask as the shard writer lays it out."""
-    docs = _documents(tokenizer, batch)
+    docs = _documents(tokenizer, batch, compiled=False)
     bounds = docs.token_bounds().tolist()
     return [docs.full_mask()[a:b].tolist() for a, b in zip(bounds, bounds[1:])]
 
