@@ -1,12 +1,12 @@
-"""Depo's compiled draws (corpus_gen.depo.draws) give exactly the numpy draws they replace:
-`Lexicon.draw_shuffled`, the first places of `words.shuffled`, and the documents' layout with
-its hops drawn by `word_tasks.below`. Those numpy draws are the ones tests/test_depo_draws.py
-checks against exact distributions."""
+"""The compiled draws (corpus_gen.core.compiled_words, corpus_gen.depo.draws) give exactly the
+numpy draws they replace: `Lexicon.draw_shuffled`, the first places of `words.shuffled`, and
+depo's layout with its hops drawn by `word_tasks.below`. Those numpy draws are the ones
+tests/test_depo_draws.py checks against exact distributions."""
 
 import numpy as np
 import pytest
 
-from corpus_gen.core import word_tasks
+from corpus_gen.core import compiled_words, word_tasks
 from corpus_gen.core.words import Lexicon, shuffled
 from corpus_gen.depo import draws
 
@@ -22,13 +22,13 @@ def _keys(count: int, seed: int) -> np.ndarray:
     Lexicon(5, 1, 1),  # one length, few words: the first n of an order of every word
     Lexicon(100, 2, 2),  # one length, too many words to order them all
 ])
-def test_cycle_words_are_the_numpy_draw(lexicon):
+def test_compiled_draw_shuffled_is_the_numpy_draw(lexicon):
     keys = _keys(300, 1)
     n = 1 + np.arange(300) % min(lexicon.size, 130)
     expected = lexicon.draw_shuffled(keys, n, 2, 3)
     assert lexicon.shuffles_all == (lexicon.size == 5)
-    assert (draws.cycle_words(lexicon, keys, n, 2, 3) == expected).all()
-    assert len(draws.cycle_words(lexicon, keys[:0], n[:0], 2, 3)) == 0
+    assert (compiled_words.draw_shuffled(lexicon, keys, n, 2, 3) == expected).all()
+    assert len(compiled_words.draw_shuffled(lexicon, keys[:0], n[:0], 2, 3)) == 0
 
 
 def test_first_places_are_the_first_of_the_numpy_shuffle():
@@ -37,8 +37,8 @@ def test_first_places_are_the_first_of_the_numpy_shuffle():
     counts = np.minimum(sizes, 10)
     whole = shuffled(keys, sizes, 5)
     rank = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    assert (draws.first_places(keys, sizes, sizes, 5) == whole).all()
-    assert (draws.first_places(keys, sizes, counts, 5)
+    assert (compiled_words.first_places(keys, sizes, sizes, 5) == whole).all()
+    assert (compiled_words.first_places(keys, sizes, counts, 5)
             == whole[rank < np.repeat(counts, sizes)]).all()
 
 

@@ -78,9 +78,10 @@ def graphs(config: BrevoConfig, keys: np.ndarray, n: np.ndarray) -> Graphs:
     # dag.py and items.py compile with numba, ~1 s to import and load: paid when graphs are
     # drawn, not by every command that registers the families
     from corpus_gen.brevo import dag
+    from corpus_gen.core import compiled_words
 
     dags = dag.draw(keys, n)
-    codes = config.lexicon.draw_shuffled(keys, n, _WORDS, _ORDER)
+    codes = compiled_words.draw_shuffled(config.lexicon, keys, n, _WORDS, _ORDER)
     words = np.full(dags.depth.shape, -1, dtype=np.int64)
     words[np.arange(dags.depth.shape[1]) < n[:, None]] = codes
     return Graphs(keys, dags, words, dags.queries(keys, config.query == "last"))

@@ -77,12 +77,12 @@ class Cycles:
 
 def cycles(config: DepoConfig, keys: np.ndarray, n: np.ndarray) -> Cycles:
     """The cycles of n[i] distinct words, each from its key."""
-    # draws.py compiles with numba (~1 s to import and load): paid when documents are drawn,
-    # not by every command that registers the families
-    from corpus_gen.depo import draws
+    # compiled_words.py compiles with numba (~1 s to import and load): paid when documents are
+    # drawn, not by every command that registers the families
+    from corpus_gen.core import compiled_words
 
     # each document's words in a random order: its cycle
-    words = draws.cycle_words(config.lexicon, keys, n, _WORDS, _CYCLE)
+    words = compiled_words.draw_shuffled(config.lexicon, keys, n, _WORDS, _CYCLE)
     return Cycles(keys, n, words, np.r_[0, np.cumsum(n)])
 
 
@@ -121,11 +121,12 @@ def documents(config: DepoConfig, drawn: Cycles, queries: np.ndarray,
               hops: np.ndarray | None) -> Documents:
     """The documents of the cycles with `queries[i]` queries each; their k drawn from 1..K, or
     `hops` (one per query) when given."""
-    from corpus_gen.depo import draws  # numba, as in cycles()
+    from corpus_gen.core import compiled_words  # numba, as in cycles()
+    from corpus_gen.depo import draws
 
     n, keys = drawn.n, drawn.keys
-    pairs = draws.first_places(keys, n, n, _PAIRS)
-    asked = draws.first_places(keys, n, queries, _QUERIES)
+    pairs = compiled_words.first_places(keys, n, n, _PAIRS)
+    asked = compiled_words.first_places(keys, n, queries, _QUERIES)
     tokens = _tokens(config)
     items, hops = draws.lay_out(keys, drawn.words, n, pairs, asked, queries, hops, config.max_k,
                                 _HOPS, (tokens[BOS], tokens["hop1"], tokens[ANSWER]))
