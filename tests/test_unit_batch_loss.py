@@ -2,6 +2,7 @@
 masked character spans do through the Record path."""
 
 import numpy as np
+import pytest
 
 from corpus_gen.core.records import UnitBatch, Units, batch_records, document
 from corpus_gen.core.vocabulary import Vocabulary
@@ -10,9 +11,10 @@ from corpus_gen.core.write import _documents
 NAMES = ("<eos>", "a", "bb", "=>", "ccc")
 
 
-def _masks(tokenizer, batch) -> list[list[int]]:
-    """Each document's loss mask as the shard writer lays it out."""
-    docs = _documents(tokenizer, batch, compiled=False)
+def _masks(tokenizer, batch, compiled=False) -> list[list[int]]:
+    """Each document's loss mask as the shard writer lays it out (`compiled`: a compiled
+    family's writer path)."""
+    docs = _documents(tokenizer, batch, compiled=compiled)
     bounds = docs.token_bounds().tolist()
     return [docs.full_mask()[a:b].tolist() for a, b in zip(bounds, bounds[1:])]
 
@@ -24,11 +26,12 @@ def _batch(loss):
     return UnitBatch(units, ids, offsets, ['{"n":0}', '{"n":1}'], loss)
 
 
-def test_unit_loss_flags_become_the_token_mask_and_the_record_spans():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_unit_loss_flags_become_the_token_mask_and_the_record_spans(compiled):
     vocabulary = Vocabulary(NAMES, "test")
     loss = np.array([0, 0, 1, 1, 0, 1, 1], dtype=np.uint8)
     batch = _batch(loss)
-    masks = _masks(vocabulary, batch)
+    masks = _masks(vocabulary, batch, compiled)
     assert masks == [[0, 0, 1, 1], [0, 1, 1]]
     records = batch_records(batch)
     assert records[0].text == "a bb => ccc" and records[0].masked == ((0, 1), (2, 4))
@@ -37,6 +40,7 @@ def test_unit_loss_flags_become_the_token_mask_and_the_record_spans():
     assert _masks(vocabulary, [document(r) for r in records]) == masks
 
 
-def test_without_flags_every_token_counts():
-    assert _masks(Vocabulary(NAMES, "test"), _batch(None)) == [[1] * 4, [1] * 3]
+@pytest.mark.parametrize("compiled", [False, True])
+def test_without_flags_every_token_counts(compiled):
+    assert _masks(Vocabulary(NAMES, "test"), _batch(None), compiled) == [[1] * 4, [1] * 3]
     assert [r.masked for r in batch_records(_batch(None))] == [(), ()]

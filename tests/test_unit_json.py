@@ -49,16 +49,20 @@ def test_a_document_of_one_unit_and_a_batch_of_one_document():
 
 
 @pytest.mark.parametrize("per_sample", [1, 5])
-def test_a_compiled_family_writes_the_bytes_of_the_python_path(tmp_path, monkeypatch, per_sample):
-    """mano's shards with the compiled JSON and with the Python JSON: identical files."""
-    mano = registry.get_family("mano")
-    config = load_config(CONFIGS / "mano.yaml", ["samples=300", "records_per_shard=70",
-                                                 "eval_samples=2", f"docs_per_sample={per_sample}"],
+@pytest.mark.parametrize("name, sizes", [("mano", []), ("depo2", ["max_n=12", "max_k=4"])])
+def test_a_compiled_family_writes_the_bytes_of_the_python_path(tmp_path, monkeypatch, per_sample,
+                                                                name, sizes):
+    """Shards written the compiled way (JSON and tokens) and the Python way: identical files.
+    mano's units are a token each, depo2's words several."""
+    config = load_config(CONFIGS / f"{name}.yaml", ["samples=300", "records_per_shard=70",
+                                                     "eval_samples=2", *sizes,
+                                                     f"docs_per_sample={per_sample}"],
                          registry.schemas())
+    family = registry.get_family(config.family)
     corpora = {}
     for compiled in (True, False):
-        monkeypatch.setitem(registry._FAMILIES, "mano", dataclasses.replace(mano,
-                                                                            compiled=compiled))
+        monkeypatch.setitem(registry._FAMILIES, config.family,
+                            dataclasses.replace(family, compiled=compiled))
         out = tmp_path / f"compiled-{compiled}"
         generate_corpus(config, out, 1, progress=False, log=lambda *_: None)
         corpora[compiled] = {p.name: p.read_bytes() for p in sorted(out.glob("train/*.tar"))}

@@ -153,26 +153,29 @@ class _Cache(dict):
         return ids
 
 
-class _UnitTable:
+class UnitTable:
     """The tokens of every unit of one vocabulary encoded so far, a row each, padded to the
     longest: unit u's are rows[u, :length[u]] (length -1: not encoded yet). A batch's tokens
     are its units' rows taken at once with the padding dropped, which costs a few operations
-    per unit where a gather through an index per token costs several per token."""
+    per unit where a gather through an index per token costs several per token (a compiled
+    family's writer copies the rows in its own loop: unit_tokens.py)."""
 
     def __init__(self, size: int, dtype: str):
         self.length = np.full(size, -1, dtype=np.int64)
         self.rows = np.zeros((size, 1), dtype=dtype)
         self.filled = np.zeros((size, 1), dtype=bool)  # where rows holds a token
 
-    def gather(self, ids: np.ndarray, strings: np.ndarray, encode) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens of units `ids` back to back and each one's count; `encode` gives the
-        token bytes of a unit's string the first time it is met."""
-        length = self.length[ids]
-        if (length < 0).any():
-            for unit in np.unique(ids[length < 0]).tolist():
+    def encode_missing(self, ids: np.ndarray, strings: np.ndarray, encode) -> None:
+        """Encode the units of `ids` not encoded yet; `encode` gives a string's token bytes."""
+        missing = self.length[ids] < 0
+        if missing.any():
+            for unit in np.unique(ids[missing]).tolist():
                 self._add(unit, np.frombuffer(encode(strings[unit]), dtype=self.rows.dtype))
-            length = self.length[ids]
-        return np.take(self.rows, ids, axis=0)[np.take(self.filled, ids, axis=0)], length
+
+    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens of units `ids` (all encoded) back to back and each one's count."""
+        return (np.take(self.rows, ids, axis=0)[np.take(self.filled, ids, axis=0)],
+                self.length[ids])
 
     def _add(self, unit: int, tokens: np.ndarray) -> None:
         if len(tokens) > self.rows.shape[1]:  # a longer unit: every row widens
@@ -200,7 +203,7 @@ class CorpusTokenizer:
         self._array_code = "H" if self.dtype == "<u2" else "I"
         self._itemsize = array(self._array_code).itemsize
         # a vocabulary's table lives as long as the vocabulary does
-        self._unit_tables: weakref.WeakKeyDictionary[Units, _UnitTable] = (
+        self._unit_tables: weakref.WeakKeyDictionary[Units, UnitTable] = (
             weakref.WeakKeyDictionary())
 
     def encode(self, text: str) -> list[int]:
@@ -219,10 +222,15 @@ class CorpusTokenizer:
     def encode_units(self, units: Units, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tokens of the text " ".join(units.strings[ids]) as one array of `self.dtype`,
         and the number of tokens of each unit occurrence."""
+        return self.unit_table(units, ids).gather(ids)
+
+    def unit_table(self, units: Units, ids: np.ndarray) -> UnitTable:
+        """The vocabulary's table of encoded units, with every unit of `ids` in it."""
         table = self._unit_tables.get(units)
         if table is None:
-            table = self._unit_tables[units] = _UnitTable(len(units), self.dtype)
-        return table.gather(ids, units.strings, self.encode_bytes)
+            table = self._unit_tables[units] = UnitTable(len(units), self.dtype)
+        table.encode_missing(ids, units.strings, self.encode_bytes)
+        return table
 
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize

@@ -166,13 +166,15 @@ def _documents(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document],
             b"".join(mask or b"\x01" * tokenizer.count(tokens) for tokens, mask in encoded),
             np.uint8)
         return _Documents(ids, mask, counts, *_flat([doc.json for doc in batch]))
+    if compiled:  # numba: see Family.compiled
+        from corpus_gen.core.unit_json import json_objects
+        from corpus_gen.core.unit_tokens import unit_tokens
+
+        table = tokenizer.unit_table(batch.units, batch.ids)
+        return _Documents(*unit_tokens(table, batch), *json_objects(batch))
     ids, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
     mask = None if batch.loss is None else np.repeat(batch.loss.astype(np.uint8), unit_counts)
-    if compiled:
-        from corpus_gen.core.unit_json import json_objects  # numba: see Family.compiled
-
-        return _Documents(ids, mask, np.diff(ends), *json_objects(batch))
     # the same bytes as orjson.dumps({"text": text, **meta}): text first, then meta's fields
     return _Documents(ids, mask, np.diff(ends), *_flat(
         [f'{{"text":"{text}",{meta[1:]}'.encode()
