@@ -30,6 +30,7 @@ from trainer.model.config import LEGACY_KEYS, ModelConfig, model_schema
 
 GROUPS = ("corpus", "model", "train", "eval")
 RESUME_MODES = ("auto", "reschedule", "none", "overwrite")  # train.resume: see TrainConfig
+OPTIMIZERS = ("adamw", "sgd")  # train.optimizer
 
 
 @dataclass
@@ -71,6 +72,14 @@ class TrainConfig:
     weight_decay: float = 0.1
     beta1: float = 0.9  # AdamW betas, each in [0, 1)
     beta2: float = 0.95
+    # adamw | sgd: torch's SGD with `momentum` (0: plain SGD; with a batch of the whole set,
+    # plain GD), weight decay as L2 on the same groups as AdamW's (trainer/optim.py)
+    optimizer: str = "adamw"
+    momentum: float = 0.0  # SGD's, in [0, 1); AdamW's is beta1
+    # parameters kept at their initial (or init_from) values, left out of the optimizer:
+    # token_embeddings, positions (the encoding's tables), output_head (untied only), or a glob
+    # over parameter names (`blocks.0.attn.*`); each must match some parameter
+    freeze: list[str] = field(default_factory=list)
     grad_clip: float = 1.0  # max global gradient norm (0: no clipping)
     precision: str = "fp32"  # fp32 | bf16 | fp16
     zero_stage: int = 0
@@ -116,6 +125,16 @@ class TrainConfig:
                 "must be >= 0 and finite")
         for key in ("beta1", "beta2"):
             require(0 <= getattr(self, key) < 1, key, getattr(self, key), "must be in [0, 1)")
+        require(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer,
+                f"must be {' or '.join(OPTIMIZERS)}")
+        require(0 <= self.momentum < 1, "momentum", self.momentum, "must be in [0, 1)")
+        require(self.optimizer == "sgd" or self.momentum == 0, "momentum", self.momentum,
+                "must be 0 with optimizer=adamw (momentum is SGD's; AdamW's is beta1)")
+        for name in self.freeze:
+            require(isinstance(name, str) and name.strip() != "", "freeze", self.freeze,
+                    "must list group names or parameter name patterns")
+        require(not (self.freeze and self.lora.rank), "freeze", self.freeze,
+                "cannot run with lora.rank > 0, which already freezes all but the adapters")
         require(0 <= self.grad_clip < math.inf, "grad_clip", self.grad_clip,
                 "must be >= 0 and finite (0: no clipping)")
         for key in ("warmup_steps", "eval_every"):

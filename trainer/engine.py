@@ -37,6 +37,7 @@ from trainer.errors import Preempted, TrainError
 from trainer.finetune import load_parent
 from trainer.lora import add_adapters
 from trainer.model import GPT, ModelConfig
+from trainer.optim import check_same_optimizer, freeze, make_optimizer, optimizer_settings
 from trainer.preempt import StopRequest
 from trainer.run_dir import (
     CHECKPOINTS,
@@ -182,8 +183,8 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
         model.compile()  # in place: the parameters and state_dict keys stay the model's own
     import deepspeed
 
-    optimizer = torch.optim.AdamW(model.configure_optimizer_groups(cfg.weight_decay), lr=cfg.lr,
-                                  betas=(cfg.beta1, cfg.beta2))
+    freeze(model, cfg.freeze)  # before the optimizer, which leaves frozen parameters out
+    optimizer = make_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
@@ -194,7 +195,8 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
             "tokenizer_sha256": manifest["tokenizer"]["sha256"],
             "corpus_fingerprint": manifest["fingerprint"], "world_size": world.world_size,
             "run_id": uuid.uuid4().hex,  # what keep_last prunes: this run's checkpoints only
-            "schedule": {key: getattr(cfg, key) for key in SCHEDULE_KEYS}}
+            "schedule": {key: getattr(cfg, key) for key in SCHEDULE_KEYS},
+            "optimizer": optimizer_settings(cfg)}
     if parent:
         meta["parent"] = parent
     if cfg.lora.rank:
@@ -290,6 +292,7 @@ def _resume(state: TrainState, checkpoints: Path, cfg: TrainConfig) -> None:
     checkpoint.check_compatible(path, state.meta["model_config"],
                                 state.meta["tokenizer_sha256"])
     saved = checkpoint.read_meta(path)
+    check_same_optimizer(saved, cfg, path)
     if saved.get("lora") != state.meta.get("lora"):
         raise TrainError(f"{path}: checkpoint has train.lora={saved.get('lora')} but the config "
                          f"says {state.meta.get('lora')}; use another run directory or "

@@ -21,11 +21,11 @@ from trainer.model.errors import ModelConfigError, require
 from trainer.model.positional_options import RelativeOptions, RopeOptions
 from trainer.model.registry import block_options, encodings, option_groups
 
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "none")  # none: identity (the sandboxes' norm-free models)
 CANON_SITES = "ABCD"
 CANON_KERNELS = (2, 3, 4)
 CANON_OPTIONS = ("canon_kernel", "canon_residual", "canon_activation")  # read only with a site
-MLPS = ("gelu", "swiglu")
+MLPS = ("gelu", "swiglu", "none")  # none: attention-only blocks
 ATTENTION_BACKENDS = ("auto", "flash_attn", "flex", "sdpa", "math")
 # how the model runs, not the function its weights compute: free to change on resume
 RUN_TIME_KEYS = ("attention", "dropout", "init_std")
@@ -46,8 +46,8 @@ class ModelConfig:
     ctx: int = 512
     dropout: float = 0.0
     bias: bool = False  # biases in Linears and LayerNorms
-    norm: str = "layernorm"  # layernorm | rmsnorm
-    mlp: str = "gelu"  # gelu | swiglu
+    norm: str = "layernorm"  # layernorm | rmsnorm | none (identity: no parameters)
+    mlp: str = "gelu"  # gelu | swiglu | none (attention-only blocks: no MLP, no second norm)
     tie_embeddings: bool = True
     # a registered encoding: learned | rope | alibi | relative | none, or Part 1's content-free
     # pos_only (per-layer relative-position tables) | uniform (head h: mean of 2^h - 1 tokens)
@@ -72,7 +72,10 @@ class ModelConfig:
 
     @property
     def ffn_dim(self) -> int:
-        """Hidden width of the MLP: d_ff, or the default for the MLP kind when d_ff is 0."""
+        """Hidden width of the MLP: d_ff, or the default for the MLP kind when d_ff is 0; 0 for
+        attention-only blocks."""
+        if self.mlp == "none":
+            return 0
         if self.d_ff:
             return self.d_ff
         if self.mlp == "swiglu":
@@ -96,6 +99,9 @@ class ModelConfig:
         require(self.mlp in MLPS, "mlp", self.mlp, f"must be one of {MLPS}")
         require(set(self.canon) <= set(CANON_SITES) and len(set(self.canon)) == len(self.canon),
                 "canon", self.canon, f"must be distinct letters of {CANON_SITES!r} (\"\": off)")
+        mlp_sites = sorted(set(self.canon) & set("CD"))
+        require(self.mlp != "none" or not mlp_sites, "canon", self.canon,
+                f"site(s) {''.join(mlp_sites)} sit in the MLP, which mlp=none leaves out")
         require(self.canon_kernel in CANON_KERNELS, "canon_kernel", self.canon_kernel,
                 f"must be one of {CANON_KERNELS}")
         known = encodings()

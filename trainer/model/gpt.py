@@ -1,5 +1,8 @@
 """The GPT stack: embeddings, pre-norm blocks, tied or untied head.
 
+A block may be attention-only (`model.mlp: none`: no MLP and no norm before it) and the norms
+may be identities (`model.norm: none`), for the mechanism sandboxes' small models.
+
 A block runs the hooks of the block options that are on (registry.py: none by default, and then
 no parameters and no work) on its normed input before attention and before the MLP, and the
 Canon layers of `model.canon` at their sites (canon.py; none by default, and then no parameters
@@ -30,6 +33,8 @@ from trainer.model.registry import block_options, encodings
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
+    if config.norm == "none":  # the sandboxes' norm-free models: identity, no parameters
+        return nn.Identity()
     if config.norm == "rmsnorm":
         return nn.RMSNorm(config.d_model, eps=1e-5)
     return nn.LayerNorm(config.d_model, bias=config.bias)
@@ -74,7 +79,8 @@ class BlockHook(nn.Module):
     cache, where an option keeps what it needs across steps (`cache.state`) under its layer.
     GPT's init redraws a hook's nn.Linear and nn.Embedding weights like every other; a weight
     the option sets up itself is best an nn.Parameter or another module. These are the points
-    where Part 4.1's Canon-A and Canon-C run (built in: `model.canon`, canon.py)."""
+    where Part 4.1's Canon-A and Canon-C run (built in: `model.canon`, canon.py). An
+    attention-only block (mlp=none) has no MLP, so before_mlp does not run there."""
 
     def before_attention(self, x: Tensor, pos: Tensor, doc: Tensor | None,
                          cache: KVCache | None, layer: int) -> Tensor:
@@ -96,8 +102,12 @@ class Block(nn.Module):
         super().__init__()
         self.norm1 = make_norm(config)
         self.attn = CausalSelfAttention(config, positional)
-        self.norm2 = make_norm(config)
-        self.mlp = SwiGLU(config) if config.mlp == "swiglu" else MLP(config)
+        # attention-only blocks (mlp=none) have no MLP and no norm before it; norm2 is made
+        # first, as before the option: parameter order is optimizer state order in checkpoints
+        attention_only = config.mlp == "none"
+        self.norm2 = None if attention_only else make_norm(config)
+        self.mlp = (None if attention_only
+                    else SwiGLU(config) if config.mlp == "swiglu" else MLP(config))
         self.hooks = nn.ModuleDict(block_hooks(config, layer))  # empty: no parameters
         self.canon_a, self.canon_c = make_canon(config, "A"), make_canon(config, "C")
 
@@ -109,6 +119,8 @@ class Block(nn.Module):
         for hook in self.hooks.values():
             h = hook.before_attention(h, pos, doc, cache, layer)
         x = x + self.attn(h, pos, mask, cache, layer, canon)
+        if self.mlp is None:
+            return x
         h = self.norm2(x)
         if self.canon_c is not None:
             (h,) = self.canon_c([h], canon, layer)
