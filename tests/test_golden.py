@@ -62,8 +62,26 @@ CONFIGS = {  # family -> name -> overrides
         "asm": ["max_ops=6", "samples=300", "eval_samples=5"],
         "with_division": ["max_ops=4", "ops=+-*/", "samples=300", "eval_samples=5"],
     },
+    "birth": {
+        "frequent_uniform": ["seq_len=64", "samples=300", "eval_samples=5"],
+        "drawn_bigram_all": ["seq_len=48", "trigger_mode=drawn", "output_mode=bigram",
+                             "loss=all", "samples=300", "eval_samples=5"],
+        "held_out": ["seq_len=32", "output_mode=held_out", "samples=300", "eval_samples=5"],
+    },
+    "markov": {
+        "switching": ["seq_len=40", "samples=300", "eval_samples=5"],
+        "fixed_alphabet3": ["table=fixed", "order=2", "alphabet=3", "seq_len=40",
+                            "samples=300", "eval_samples=5"],
+        "fresh_order2": ["table=fresh", "order=2", "initial=uniform", "seq_len=40",
+                         "samples=300", "eval_samples=5", "reference_samples=64"],
+    },
+    "recall": {
+        "paper": ["samples=300"],
+        "zipf_distinct": ["subjects=8", "relations=3", "distinct_answers=true",
+                          "subject_zipf=1.0", "relation_zipf=0.5", "seq_len=12", "samples=300"],
+    },
 }
-FIXED_VOCABULARY = ("depo", "brevo", "mano")
+FIXED_VOCABULARY = ("depo", "brevo", "mano", "birth", "markov", "recall")
 
 
 def _digest(family: str, overrides: list[str], tmp_path: Path) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from corpus_gen.core.records import BATCH, Batch, Record
 @dataclass(frozen=True)
 class Layout:
     records: int  # training documents in the stream
-    summary: dict[str, int] = field(default_factory=dict)  # family facts for the datasheet
+    summary: dict[str, int | float] = field(default_factory=dict)  # facts for the datasheet
     user_symbols: tuple[str, ...] = ()  # reserved tokenizer symbols
 
 

@@ -1,0 +1,189 @@
+"""Markov generation speed: physlm's markov corpora vs the Markov repository's samplers (Makkuva
+et al.), side by side in one process run.
+
+    python bench/bench_markov_gen.py --official /tmp/official/Markov --rounds 3
+
+Per case, alternating the contestants' order from one round to the next:
+- official: its training sampler `get_batch` (src/optim/utils.py, torch on CPU, one thread, its
+  default batch 16 x 1024), in this process, for --official-tokens tokens: "switching" runs
+  Markov-LLM's first-order sampler with P = [[0.5, 0.5], [0.8, 0.2]], "icl" Markov-LLM-k's with
+  a random table per sequence (P None) of order 2;
+- physlm end to end: the whole `physlm gen <config> samples=<n> --workers 1` command as a
+  subprocess (configs/corpus/markov.yaml, markov_icl.yaml), from its start to its exit:
+  interpreter start, imports, references, every training shard, the eval set, manifest;
+- physlm fixed cost: the same command with samples=1, so the marginal rate of the training
+  stream alone is (n - 1) T / (whole - fixed).
+Rates are tokens per CPU second (and wall), medians over rounds. Then the official samplers'
+defects, each confirmed by running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from cpu_pressure import print_run_footer
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = 1_000_000  # tokens per second per core, the whole command
+SEQ_LEN = 255  # both configs' documents
+# case -> (corpus config, the official folder whose sampler it runs, physlm sequences)
+CASES = {"switching": ("markov.yaml", "Markov-LLM", 200_000),
+         "icl": ("markov_icl.yaml", "Markov-LLM-k", 200_000)}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def physlm_gen(case: str, samples: int, scratch: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of the whole gen command."""
+    out = scratch / case
+    shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-m", "launch.cli", "gen", str(ROOT / "configs/corpus" /
+               CASES[case][0]), f"samples={samples}", "--out", str(out), "--workers", "1",
+               "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    cpu, began = _children_cpu(), time.perf_counter()
+    subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - began, _children_cpu() - cpu
+    manifest = json.loads((out / "manifest.json").read_text())
+    if manifest["tokens"] != samples * SEQ_LEN:
+        raise RuntimeError(f"{case}: {manifest['tokens']} tokens, not {samples * SEQ_LEN}")
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
+def official_module(checkout: str, folder: str):
+    """The folder's src/optim/utils.py, imported under a name of its own."""
+    path = Path(checkout) / folder / "src/optim/utils.py"
+    spec = importlib.util.spec_from_file_location(f"official_{folder.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def official(case: str, checkout: str, tokens: int, seed: int) -> tuple[float, float]:
+    """(wall, CPU) seconds for `tokens` official training tokens (batches of 16 x 1024)."""
+    import torch
+
+    module = official_module(checkout, CASES[case][1])
+    generator = torch.Generator().manual_seed(seed)
+    args = SimpleNamespace(initial="steady", device="cpu", dtype=torch.float32)
+    P = torch.tensor([[0.5, 0.5], [0.8, 0.2]])
+    cpu, began = time.process_time(), time.perf_counter()
+    for _ in range(-(-tokens // (16 * 1024))):
+        if case == "switching":
+            module.get_batch(P, 1024, 16, generator, args)
+        else:
+            module.get_batch(None, 2, 1024, 16, generator, args)
+    return time.perf_counter() - began, time.process_time() - cpu
+
+
+def defects(checkout: str) -> dict[str, str]:
+    """The official samplers' defects, each shown by running it."""
+    import torch
+
+    args = SimpleNamespace(initial="steady", device="cpu", dtype=torch.float32)
+    P = torch.tensor([[0.5, 0.5], [0.8, 0.2]])  # p 0.5, q 0.8: pi_1 = p / (p + q) = 0.385
+    found = {}
+    for folder in ("Markov-LLM-AO", "Markov-RPE"):
+        _, y = official_module(checkout, folder).get_batch(
+            P, 1, 256, 4096, torch.Generator().manual_seed(0), args)
+        found[f"{folder} last position"] = (
+            f"the last target y[:, -1] is never sampled: {int(y[:, -1].sum())} ones in 4096 "
+            f"sequences (the other positions: {y[:, -2].float().mean():.3f} ones)")
+    x, _ = official_module(checkout, "Markov-LLM-k").get_batch(
+        P, 1, 8, 40000, torch.Generator().manual_seed(0), args)
+    found["Markov-LLM-k steady start"] = (
+        f"initial=steady draws x_1 = 1 with q / (p + q) = 0.615, not pi_1 = 0.385: "
+        f"measured {x[:, 0].float().mean():.3f} over 40000 sequences")
+    first = official_module(checkout, "Markov-LLM")
+    runs = [first.get_batch(P, 64, 64, torch.Generator().manual_seed(0), args, "cpu")[0]
+            for _ in range(2)]
+    found["Markov-LLM seeding"] = (
+        "the transitions' torch.multinomial takes no generator: the same seed gives "
+        f"{'equal' if torch.equal(*runs) else 'different'} batches")
+    return found
+
+
+def run_case(case: str, checkout: str, rounds: int, scale: float, scratch: Path
+             ) -> dict[str, list[tuple[float, float]]]:
+    ours = max(2, round(CASES[case][2] * scale))
+    theirs = max(16 * 1024, round(ours * SEQ_LEN / 50))
+    times: dict[str, list] = {"official": [], "whole": [], "fixed": []}
+    for r in range(rounds):
+        steps = [("official", lambda seed=r: official(case, checkout, theirs, seed)),
+                 ("whole", lambda: physlm_gen(case, ours, scratch)),
+                 ("fixed", lambda: physlm_gen(case, 1, scratch))]
+        for name, step in (steps if r % 2 == 0 else steps[::-1]):
+            times[name].append(step())
+            print(f"  {case} round {r + 1} {name}: {times[name][-1][1]:.2f} CPU s",
+                  file=sys.stderr, flush=True)
+    times["sizes"] = [(ours * SEQ_LEN, -(-theirs // (16 * 1024)) * 16 * 1024)]
+    return times
+
+
+def print_rates(results: dict[str, dict]) -> None:
+    print("| case | official tokens/s | physlm whole command tokens/s | physlm fixed cost s "
+          "| physlm marginal tokens/s | whole / official | marginal / official "
+          f"| target (>= {TARGET:,}/s, whole) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for which, label in ((1, "CPU"), (0, "wall")):
+        for case, t in results.items():
+            ours, theirs = t["sizes"][0]
+            median = {name: statistics.median(x[which] for x in t[name])
+                      for name in ("official", "whole", "fixed")}
+            off, whole = theirs / median["official"], ours / median["whole"]
+            spent = median["whole"] - median["fixed"]
+            marginal = (ours - SEQ_LEN) / spent if spent > 0 else float("inf")
+            print(f"| {case} ({label}) | {off:,.0f} | {whole:,.0f} | {median['fixed']:.2f} "
+                  f"| {marginal:,.0f} | {whole / off:.1f}x | {marginal / off:.1f}x "
+                  f"| {'met' if whole >= TARGET else 'not met'} |")
+    print()
+    for case, t in results.items():
+        ours, theirs = t["sizes"][0]
+        print(f"{case}: physlm {ours:,} tokens ({CASES[case][0]}), official {theirs:,} "
+              f"({CASES[case][1]}), {len(t['whole'])} rounds")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--official", required=True, help="the Markov repository's checkout")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of "
+                                                             + ", ".join(CASES))
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every size")
+    args = ap.parse_args()
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        ap.error(f"--cases: unknown {unknown}; known: {list(CASES)}")
+    import torch
+
+    torch.set_num_threads(1)  # one core, as the gen command's one worker
+    with tempfile.TemporaryDirectory(prefix="bench_markov_") as scratch:
+        results = {case: run_case(case, args.official, args.rounds, args.scale, Path(scratch))
+                   for case in cases}
+    print_rates(results)
+    print("\nThe official samplers' defects, confirmed by running them:\n")
+    print(json.dumps(defects(args.official), indent=1))
+    print()
+    print_run_footer(threads=1)
+
+
+if __name__ == "__main__":
+    main()
