@@ -7,6 +7,10 @@ label exactly once and a document may run on into the next window. Without it ea
 whole documents, greedily in order, padded with EOS that never counts; packing restarts at each
 shard so that a shard's window count is a fixed number.
 
+Targets. A corpus whose family gives per-position targets (shards with `targets.npy`: k-hop
+induction's label at each position is not the next token) packs the same windows, but position
+p's label is targets[p] where its mask counts (labels w_targets[:-1]); an EOS predicts nothing.
+
 Order and ranks. Epoch e reads the shards in an order drawn from (seed, e), or in manifest order.
 - At least as many shards as ranks: rank r reads shards r, r+W, ... of the epoch's order; the last
   len % W shards of that order sit the epoch out (different ones each epoch when shuffled).
@@ -36,6 +40,7 @@ from corpus_gen.core.manifest import MANIFEST, read_manifest
 from corpus_gen.core.shards import (
     LENGTHS,
     LENGTHS_DTYPE,
+    TARGETS,
     document_keys,
     read_npy_header,
     tar_members,
@@ -46,7 +51,8 @@ IGNORE_INDEX = -100  # label of a position that does not count (torch's cross_en
 _CHUNK = 1024  # documents turned into stream arrays at a time: bounds memory on big shards
 _NPY_PEEK = 256  # bytes of a member holding its npy header (128 from our writer)
 
-Window = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens, mask (1: in the loss), doc starts
+# tokens, mask (1: in the loss), doc starts and, in a corpus of per-position targets, the targets
+Window = tuple[np.ndarray, ...]
 
 
 @dataclass(frozen=True)
@@ -68,14 +74,16 @@ class DataOptions:
 class _Shard:
     """A memory-mapped shard indexed by walking its tar headers: token ids and masks are read in
     place and the json members are never decoded. Document i has `lengths[i]` tokens, at byte
-    `ids_at[i]` (its mask at `mask_at[i]`); a sample of several documents (a `lengths.npy`
-    member) is indexed document by document."""
+    `ids_at[i]` (its mask at `mask_at[i]`, its targets at `targets_at[i]` in a corpus of
+    per-position targets); a sample of several documents (a `lengths.npy` member) is indexed
+    document by document."""
 
     path: Path
     keys: list[str]
     lengths: np.ndarray
     ids_at: list[int]
     mask_at: list[int]
+    targets_at: list[int] | None
     buffer: mmap.mmap
     dtype: np.dtype
     vocab_size: int
@@ -88,7 +96,7 @@ class _Shard:
             except ValueError:  # an empty file cannot be mapped
                 raise CorpusError(f"{path}: empty; run physlm verify") from None
         kinds = {b"ids.npy": dtype.str, b"mask.npy": np.dtype(np.uint8).str,
-                 LENGTHS.encode(): LENGTHS_DTYPE}  # npy item types
+                 LENGTHS.encode(): LENGTHS_DTYPE, TARGETS.encode(): dtype.str}  # npy item types
         found: dict[bytes, list[tuple[int, int]]] = {ext: [] for ext in kinds}
         keys = []
         try:
@@ -106,35 +114,51 @@ class _Shard:
                     keys.append(key.decode())
         except ValueError as exc:  # a corrupt header or a truncated archive
             raise CorpusError(f"{path}: {exc}") from None
-        ids, masks = found[b"ids.npy"], found[b"mask.npy"]
+        ids, masks, targets = found[b"ids.npy"], found[b"mask.npy"], found[TARGETS.encode()]
         if [n for _, n in ids] != [n for _, n in masks]:
             raise CorpusError(f"{path}: ids.npy and mask.npy members do not pair up")
+        if targets and [n for _, n in ids] != [n for _, n in targets]:
+            raise CorpusError(f"{path}: ids.npy and {TARGETS} members do not pair up")
         lengths = np.array([n for _, n in ids], dtype=np.int64)
-        ids_at, mask_at = [a for a, _ in ids], [a for a, _ in masks]
+        starts = [[a for a, _ in ids], [a for a, _ in masks]] + ([[a for a, _ in targets]]
+                                                                 if targets else [])
         documents = found[LENGTHS.encode()]
         if documents:  # samples of several documents: index each document
-            keys, lengths, ids_at, mask_at = _expand_samples(
-                path, buffer, documents, keys, lengths, ids_at, mask_at, dtype)
-        return cls(path, keys, lengths, ids_at, mask_at, buffer, dtype, vocab_size)
+            keys, lengths, starts = _expand_samples(path, buffer, documents, keys, lengths,
+                                                    starts, dtype)
+        ids_at, mask_at, *targets_at = starts
+        return cls(path, keys, lengths, ids_at, mask_at, targets_at[0] if targets_at else None,
+                   buffer, dtype, vocab_size)
 
     def stream(self, start: int, stop: int, eos: int) -> Window:
-        """Documents [start, stop), each followed by EOS (which counts in the loss)."""
+        """Documents [start, stop), each followed by EOS. mask[p] says whether token p counts as
+        the label of position p - 1 (EOS does); with per-position targets, whether targets[p]
+        counts as the label of position p itself (EOS's, which would predict the next
+        document, does not)."""
         ends = np.cumsum(self.lengths[start:stop] + 1)
         tokens = np.full(int(ends[-1]), eos, dtype=self.dtype)
-        mask = np.ones(len(tokens), dtype=np.uint8)
+        targeted = self.targets_at is not None
+        mask = (np.zeros if targeted else np.ones)(len(tokens), dtype=np.uint8)
         first = np.zeros(len(tokens), dtype=bool)
+        targets = np.full(len(tokens), eos, dtype=self.dtype) if targeted else None
         for i, end in zip(range(start, stop), ends.tolist()):
             n = int(self.lengths[i])
             begin = end - 1 - n
             tokens[begin : end - 1] = np.frombuffer(self.buffer, self.dtype, n, self.ids_at[i])
             mask[begin : end - 1] = np.frombuffer(self.buffer, np.uint8, n, self.mask_at[i])
             first[begin] = True
+            if targeted:
+                targets[begin : end - 1] = np.frombuffer(self.buffer, self.dtype, n,
+                                                         self.targets_at[i])
         if int(tokens.max()) >= self.vocab_size:  # an embedding lookup would fail naming nothing
             bad = int(np.searchsorted(ends, int(np.argmax(tokens >= self.vocab_size)), "right"))
             raise CorpusError(
                 f"{self.path}: sample {self.keys[start + bad]} holds a token id >= the vocabulary "
                 f"size {self.vocab_size} of its manifest; the corpus does not match its tokenizer")
-        return tokens, mask, first
+        if targeted and int(targets.max()) >= self.vocab_size:
+            raise CorpusError(f"{self.path}: a {TARGETS} member holds a token id >= the "
+                              f"vocabulary size {self.vocab_size} of its manifest")
+        return (tokens, mask, first) + ((targets,) if targeted else ())
 
     def parts(self, offset: int, eos: int) -> Iterator[Window]:
         """The shard's stream from token `offset` on, a chunk of documents at a time."""
@@ -142,16 +166,17 @@ class _Shard:
         doc = int(np.searchsorted(ends, offset, side="right"))
         skip = offset - (int(ends[doc - 1]) if doc else 0)
         for start in range(doc, len(self.lengths), _CHUNK):
-            tokens, mask, first = self.stream(start, min(start + _CHUNK, len(self.lengths)), eos)
-            yield tokens[skip:], mask[skip:], first[skip:]
+            part = self.stream(start, min(start + _CHUNK, len(self.lengths)), eos)
+            yield tuple(a[skip:] for a in part)
             skip = 0
 
 
 def _expand_samples(path: Path, buffer: mmap.mmap, counts: list[tuple[int, int]],
-                    keys: list[str], sizes: np.ndarray, ids_at: list[int], mask_at: list[int],
-                    dtype: np.dtype) -> tuple[list[str], np.ndarray, list[int], list[int]]:
-    """(keys, lengths, ids_at, mask_at) of each document of samples that hold several: sample i
-    has `sizes[i]` tokens at ids_at[i] / mask_at[i], and its documents' token counts are the
+                    keys: list[str], sizes: np.ndarray, starts: list[list[int]],
+                    dtype: np.dtype) -> tuple[list[str], np.ndarray, list[list[int]]]:
+    """(keys, lengths, starts) of each document of samples that hold several: sample i has
+    `sizes[i]` tokens, its members' data at starts[m][i] for the members ids.npy, mask.npy and
+    (with per-position targets) targets.npy, and its documents' token counts are the
     `counts[i]` = (byte offset, documents) uint32 array of its lengths.npy member."""
     if len(counts) != len(keys):
         raise CorpusError(f"{path}: {len(counts)} {LENGTHS} members for {len(keys)} samples")
@@ -166,10 +191,11 @@ def _expand_samples(path: Path, buffer: mmap.mmap, counts: list[tuple[int, int]]
                           f"tokens, ids.npy holds {sizes[bad]}")
     # a document's offset inside its sample: tokens before it, less those of earlier samples
     before = np.cumsum(lengths) - lengths - np.concatenate([[0], np.cumsum(sizes)])[sample]
-    ids_at = (np.array(ids_at, np.int64)[sample] + before * dtype.itemsize).tolist()
-    mask_at = (np.array(mask_at, np.int64)[sample] + before).tolist()
+    items = [dtype.itemsize, 1, dtype.itemsize]  # bytes a token of ids, mask, targets
+    starts = [(np.array(at, np.int64)[sample] + before * size).tolist()
+              for at, size in zip(starts, items)]
     doc_keys = [k for key, n in zip(keys, per_sample.tolist()) for k in document_keys(key, n)]
-    return doc_keys, lengths, ids_at, mask_at
+    return doc_keys, lengths, starts
 
 
 def _pack(lengths: np.ndarray, ctx: int) -> list[int]:
@@ -210,6 +236,7 @@ class PackedBatches:
             if not (self.root / entry["name"]).is_file():
                 raise CorpusError(f"{self.root / entry['name']}: shard listed in "
                                   f"{self.root / MANIFEST} is missing")
+        self._targeted: bool | None = None  # per-position targets: known at the first shard
         stream_lengths = [entry["tokens"] + entry["records"] for entry in self._shards]
         # documents plus their EOS in one pass over the corpus
         self.tokens_per_epoch = sum(stream_lengths)
@@ -270,6 +297,12 @@ class PackedBatches:
             raise CorpusError(f"{path}: sha256 differs from {self.root / MANIFEST}'s (damaged or "
                               f"modified); run physlm verify {self.root}")
         shard = _Shard.open(path, self._dtype, self.vocab_size)
+        targeted = shard.targets_at is not None
+        if self._targeted is None:
+            self._targeted = targeted
+        elif targeted != self._targeted:  # a window would mix the two kinds of label
+            raise CorpusError(f"{path}: {'has' if targeted else 'lacks'} {TARGETS} members where "
+                              f"other shards of {self.root} do not; run physlm verify")
         # counts come from the manifest; a shard that disagrees would desynchronise the ranks
         if len(shard.keys) != entry["records"] or int(shard.lengths.sum()) != entry["tokens"]:
             raise CorpusError(
@@ -299,10 +332,10 @@ class PackedBatches:
         """Windows `first`, `first`+1, ... of the stream of `shards`."""
         ctx = self.options.ctx
         start, offset = self._locate(shards, first * ctx)
-        held: Window = (np.empty(0, self._dtype), np.empty(0, np.uint8), np.empty(0, bool))
+        held: Window | None = None
         for index in shards[start:]:
             for part in self._open(index).parts(offset, self.eos_id):
-                held = tuple(np.concatenate(pair) for pair in zip(held, part))
+                held = part if held is None else tuple(np.concatenate(p) for p in zip(held, part))
                 count = (len(held[0]) - 1) // ctx
                 for k in range(count):
                     yield tuple(a[k * ctx : k * ctx + ctx + 1] for a in held)
@@ -317,20 +350,25 @@ class PackedBatches:
             shard = self._open(index)
             bounds = self._whole_bounds(shard)
             for lo, hi in zip(bounds[skip:-1], bounds[skip + 1 :]):
-                tokens, mask, starts = shard.stream(lo, hi, self.eos_id)
-                n = len(tokens)
-                window = (np.full(size, self.eos_id, self._dtype), np.zeros(size, np.uint8),
-                          np.zeros(size, bool))
-                for out, values in zip(window, (tokens, mask, starts)):
+                part = shard.stream(lo, hi, self.eos_id)
+                n = len(part[0])
+                # padded with EOS (targets too) that never counts (mask 0)
+                window = tuple(np.full(size, fill, a.dtype)
+                               for a, fill in zip(part, (self.eos_id, 0, False, self.eos_id)))
+                for out, values in zip(window, part):
                     out[:n] = values
                 window[2][n : n + 1] = True  # the padding is a segment of its own
                 yield window
             skip = 0
 
     def _collate(self, windows: list[Window]) -> dict[str, torch.Tensor]:
-        tokens, mask, first = (np.stack(column) for column in zip(*windows))
+        tokens, mask, first, *targets = (np.stack(column) for column in zip(*windows))
         tokens = tokens.astype(np.int64)
-        labels = np.where(mask[:, 1:].astype(bool), tokens[:, 1:], IGNORE_INDEX)
+        if targets:  # per-position targets: position p's label is its own target
+            labels = np.where(mask[:, :-1].astype(bool), targets[0][:, :-1].astype(np.int64),
+                              IGNORE_INDEX)
+        else:  # the next token
+            labels = np.where(mask[:, 1:].astype(bool), tokens[:, 1:], IGNORE_INDEX)
         starts = first[:, :-1].copy()
         starts[:, 0] = True  # a window opens a segment, even in the middle of a document
         steps = np.arange(self.options.ctx)

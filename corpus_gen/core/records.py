@@ -71,13 +71,19 @@ class UnitBatch:
     `ids[offsets[i]:offsets[i + 1]]` joined by single spaces, its ground truth `metas[i]`, given
     as the text of a JSON object with at least one field (what `orjson.dumps` writes: shards
     store it as is, beside the text). `loss`, parallel to `ids`, says which units' tokens count
-    in the loss (1) and which do not (0); None: every token counts."""
+    in the loss (1) and which do not (0); None: every token counts.
+
+    `targets`, parallel to `ids` (None: the usual next-token prediction), is what each position
+    is trained to predict instead of the next token: a task with a label per position (k-hop
+    induction). Then every unit is one token; `loss` says which positions' targets count, and
+    the shards hold the targets' tokens as `targets.npy` beside `ids.npy`."""
 
     units: Units
     ids: np.ndarray  # int64 unit ids, all documents back to back
     offsets: np.ndarray  # int64, len(metas) + 1
     metas: list[str]
     loss: np.ndarray | None = None  # uint8 per unit occurrence, or None: all count
+    targets: np.ndarray | None = None  # int64 unit id per unit occurrence, or None
 
     def __len__(self) -> int:
         return len(self.metas)
@@ -89,7 +95,8 @@ class UnitBatch:
             hi = min(lo + size, len(self))
             a, b = self.offsets[lo], self.offsets[hi]
             yield UnitBatch(self.units, self.ids[a:b], self.offsets[lo:hi + 1] - a,
-                            self.metas[lo:hi], None if self.loss is None else self.loss[a:b])
+                            self.metas[lo:hi], None if self.loss is None else self.loss[a:b],
+                            None if self.targets is None else self.targets[a:b])
 
     def texts(self, json: bool = False) -> list[str]:
         """Each document's text, or with `json` the text as escaped inside a JSON string."""

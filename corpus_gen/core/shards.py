@@ -10,6 +10,8 @@ documents of its shard (a sample never crosses a shard; the shard's last holds t
   each document; the key is the stream position of its first document. What a member costs
   besides its data (a 512-byte tar header, padding to 512 bytes, a 128-byte npy header: ~2-3 KB
   a sample) is then paid once per sample, not per document.
+- a family with per-position targets (`UnitBatch.targets`: what each position is trained to
+  predict, not the next token) adds `targets.npy`, parallel to `ids.npy` (the same dtype).
 Readers keep the per-document view: `read_shard` yields one document at a time, keyed by its
 own stream position (`document_keys`), and so does the trainer's reader (trainer/data.py).
 
@@ -37,6 +39,7 @@ from corpus_gen.core.errors import CorpusError
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar "record": tarfile pads the archive to a multiple of this
 LENGTHS, LENGTHS_DTYPE = "lengths.npy", "<u4"  # a multi-document sample's tokens per document
+TARGETS = "targets.npy"  # per-position targets, parallel to ids.npy
 _NAME_LEN, _SIZE, _CHECKSUM = 100, slice(124, 136), slice(148, 156)
 _VARIED = _CHECKSUM.stop  # name, mode, ids, size, mtime, checksum: the fields before the type
 
@@ -182,14 +185,17 @@ def document_keys(key: str, count: int) -> list[str]:
 
 def read_shard(path: Path) -> Iterator[dict]:
     """Documents of one shard as dicts: `__key__` (its stream position), `json` (dict), `ids`
-    and `mask` (numpy arrays); a multi-document sample yields each of its documents."""
+    and `mask` (numpy arrays) and, in a corpus of per-position targets, `targets`; a
+    multi-document sample yields each of its documents."""
     import webdataset as wds  # imports torch: only readers pay for it
 
     dataset = wds.WebDataset(str(path), shardshuffle=False, empty_check=False).decode()
     for sample in dataset:
         ids, mask = np.asarray(sample["ids.npy"]), np.asarray(sample["mask.npy"])
+        targets = np.asarray(sample[TARGETS]) if TARGETS in sample else None
         if LENGTHS not in sample:
-            yield {"__key__": sample["__key__"], "json": sample["json"], "ids": ids, "mask": mask}
+            yield {"__key__": sample["__key__"], "json": sample["json"], "ids": ids, "mask": mask,
+                   **({} if targets is None else {"targets": targets})}
             continue
         lengths = np.asarray(sample[LENGTHS], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
@@ -198,4 +204,5 @@ def read_shard(path: Path) -> Iterator[dict]:
                               f"and {LENGTHS} do not describe the same documents")
         keys = document_keys(sample["__key__"], len(lengths))
         for key, doc, a, b in zip(keys, sample["json"], bounds, bounds[1:]):
-            yield {"__key__": key, "json": doc, "ids": ids[a:b], "mask": mask[a:b]}
+            yield {"__key__": key, "json": doc, "ids": ids[a:b], "mask": mask[a:b],
+                   **({} if targets is None else {"targets": targets[a:b]})}

@@ -1,6 +1,7 @@
 """Writing a corpus's files, each a `Job` for a worker: a training shard (its documents tokenized
-into `json`, `ids.npy` and `mask.npy` members, and `lengths.npy` where a sample holds several
-documents: shards.py describes the layout) or an eval set (JSON lines). Each file is written
+into `json`, `ids.npy` and `mask.npy` members, `lengths.npy` where a sample holds several
+documents and `targets.npy` where a family gives per-position targets: shards.py describes the
+layout) or an eval set (JSON lines). Each file is written
 to a temporary name, renamed when whole, and recorded in `.progress/` with its sha256.
 """
 
@@ -16,11 +17,12 @@ import orjson
 
 from corpus_gen.core.config import CorpusConfig
 from corpus_gen.core.corpus_tokenizer import read_tokenizer, tokenizer_name
+from corpus_gen.core.errors import CorpusError
 from corpus_gen.core.io import atomic_path
 from corpus_gen.core.manifest import record_progress
 from corpus_gen.core.records import Document, UnitBatch, document
 from corpus_gen.core.registry import get_family
-from corpus_gen.core.shards import LENGTHS, LENGTHS_DTYPE, ShardWriter, npy_bytes
+from corpus_gen.core.shards import LENGTHS, LENGTHS_DTYPE, TARGETS, ShardWriter, npy_bytes
 from corpus_gen.core.tokenizer import CorpusTokenizer
 
 
@@ -141,6 +143,9 @@ class _Documents:
     # documents is then a JSON array's items, plus a comma), and [documents + 1] where each starts
     objects: np.ndarray
     object_bounds: np.ndarray
+    # [tokens] the tokenizer's dtype: what each position is trained to predict (UnitBatch.targets;
+    # None: the next token, and no targets.npy)
+    targets: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -171,14 +176,30 @@ def _documents(tokenizer: CorpusTokenizer, batch: UnitBatch | list[Document],
         from corpus_gen.core.unit_tokens import unit_tokens
 
         table = tokenizer.unit_table(batch.units, batch.ids)
-        return _Documents(*unit_tokens(table, batch), *json_objects(batch))
+        ids, mask, counts = unit_tokens(table, batch)
+        return _Documents(ids, mask, counts, *json_objects(batch),
+                          _target_tokens(tokenizer, batch, len(ids)))
     ids, unit_counts = tokenizer.encode_units(batch.units, batch.ids)
     ends = np.concatenate([[0], np.cumsum(unit_counts)])[batch.offsets]
     mask = None if batch.loss is None else np.repeat(batch.loss.astype(np.uint8), unit_counts)
     # the same bytes as orjson.dumps({"text": text, **meta}): text first, then meta's fields
     return _Documents(ids, mask, np.diff(ends), *_flat(
         [f'{{"text":"{text}",{meta[1:]}'.encode()
-         for text, meta in zip(batch.texts(json=True), batch.metas)]))
+         for text, meta in zip(batch.texts(json=True), batch.metas)]),
+        _target_tokens(tokenizer, batch, len(ids)))
+
+
+def _target_tokens(tokenizer: CorpusTokenizer, batch: UnitBatch, tokens: int
+                   ) -> np.ndarray | None:
+    """The tokens of the batch's targets (None without), one per input token: targets need every
+    unit, of the input and of the targets, to be one token."""
+    if batch.targets is None:
+        return None
+    table = tokenizer.unit_table(batch.units, batch.targets)
+    if tokens != len(batch.ids) or (table.length[batch.targets] != 1).any():
+        raise CorpusError("per-position targets need every unit to be one token; this "
+                          "family's vocabulary spells some in several")
+    return table.rows[batch.targets, 0]
 
 
 def _flat(objects: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -200,12 +221,13 @@ def _join(parts: list[_Documents]) -> _Documents:
         return parts[0]
     masks = None if all(p.mask is None for p in parts) else [p.full_mask() for p in parts]
     shifts = np.cumsum([0] + [len(p.objects) for p in parts[:-1]])
+    targets = None if parts[0].targets is None else np.concatenate([p.targets for p in parts])
     return _Documents(np.concatenate([p.ids for p in parts]),
                       None if masks is None else np.concatenate(masks),
                       np.concatenate([p.counts for p in parts]),
                       np.concatenate([p.objects for p in parts]),
                       np.concatenate([[0]] + [p.object_bounds[1:] + shift
-                                              for p, shift in zip(parts, shifts)]))
+                                              for p, shift in zip(parts, shifts)]), targets)
 
 
 def _npy_slices(array: np.ndarray, bounds: list[int]) -> list[bytes]:
@@ -230,8 +252,10 @@ def _single_samples(documents: Iterator[_Documents], position: int) -> Iterator[
         keys = [f"{p:010d}" for p in range(position, position + len(docs))]
         objects, at = memoryview(docs.objects), docs.object_bounds.tolist()
         jsons = [objects[a:b - 1] for a, b in zip(at, at[1:])]  # each without its comma
-        yield (keys, {"json": jsons, "ids.npy": _npy_slices(docs.ids, bounds),
-                      "mask.npy": masks}, docs.counts)
+        members = {"json": jsons, "ids.npy": _npy_slices(docs.ids, bounds), "mask.npy": masks}
+        if docs.targets is not None:
+            members[TARGETS] = _npy_slices(docs.targets, bounds)
+        yield keys, members, docs.counts
         position += len(docs)
 
 
@@ -267,6 +291,8 @@ def _grouped(docs: _Documents, stop: int, per_sample: int, position: int) -> Sam
         "mask.npy": _npy_slices(docs.full_mask(), tokens),
         LENGTHS: _npy_slices(docs.counts[:stop].astype(LENGTHS_DTYPE), firsts),
     }
+    if docs.targets is not None:
+        members[TARGETS] = _npy_slices(docs.targets, tokens)
     keys = [f"{position + first:010d}" for first in firsts[:-1]]
     return keys, members, docs.counts[:stop]
 
@@ -276,7 +302,8 @@ def _rest(docs: _Documents, start: int) -> _Documents:
     at, object_at = int(docs.counts[:start].sum()), docs.object_bounds[start]
     return _Documents(docs.ids[at:], None if docs.mask is None else docs.mask[at:],
                       docs.counts[start:], docs.objects[object_at:],
-                      docs.object_bounds[start:] - object_at)
+                      docs.object_bounds[start:] - object_at,
+                      None if docs.targets is None else docs.targets[at:])
 
 
 def build_eval_set(job: Job) -> dict:
