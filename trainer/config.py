@@ -96,6 +96,9 @@ class TrainConfig:
     log_every: int = 10
     eval_every: int = 0  # steps between monitoring losses on fixed windows (0: off)
     eval_batches: int = 4
+    # steps between runs of the experiment's eval.tasks on the live model, their numbers logged
+    # beside the loss (tasks/<task>/<key>): how a mechanism forms along training (0: off)
+    tasks_every: int = 0
     ckpt_every: int = 500
     keep_last: int = 2
     # auto: continue the latest checkpoint if any, under the lr schedule it was trained with |
@@ -137,7 +140,7 @@ class TrainConfig:
                 "cannot run with lora.rank > 0, which already freezes all but the adapters")
         require(0 <= self.grad_clip < math.inf, "grad_clip", self.grad_clip,
                 "must be >= 0 and finite (0: no clipping)")
-        for key in ("warmup_steps", "eval_every"):
+        for key in ("warmup_steps", "eval_every", "tasks_every"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0 (0: off)")
         require(self.warmup_steps <= self.max_steps, "warmup_steps", self.warmup_steps,
                 f"must not exceed max_steps ({self.max_steps}): the run would end still warming up")

@@ -51,6 +51,7 @@ from trainer.run_dir import (
     run_lock,
 )
 from trainer.schedule import lr_factor
+from trainer.tasks_along import TasksAlong
 from trainer.tracking import Tracker
 
 # the train keys the lr schedule is made of: a resume refuses a change in any (resume=auto)
@@ -139,6 +140,7 @@ class Trainer:
     fixed: PackedBatches | None  # the monitoring windows, when train.eval_every > 0
     on_step: Callable[[int, dict], None] | None
     stop: StopRequest
+    along: TasksAlong | None = None  # eval tasks along training (train.tasks_every), rank 0
 
 
 def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
@@ -220,8 +222,10 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     # the monitoring windows: the first `eval_batches` of the corpus in manifest order
     fixed = (PackedBatches(corpus_dir, replace(data.options, shuffle_shards=False), world.rank,
                            world.world_size) if cfg.eval_every else None)
+    along = (TasksAlong(state.engine.module, experiment.eval, corpus_dir, run_dir, world.device)
+             if cfg.tasks_every and world.rank == 0 else None)
     metrics, stopped = _loop(Trainer(cfg, world, state, tracker, checkpoints, fixed, on_step,
-                                     stop))
+                                     stop, along))
     tracker.finish()
     if stopped:
         stop.done(state.step, stopped)
@@ -360,8 +364,13 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
             where = (f"last good checkpoint: {checkpoints / checkpoint.tag(last_saved)}"
                      if last_saved else "no checkpoint was saved")
             raise TrainError(f"loss became {loss_value} at step {done}; stopped ({where})")
-        if done % cfg.log_every == 0 or done == cfg.max_steps or done == start + 1:
-            elapsed = time.perf_counter() - timer
+        along, along_seconds = {}, 0.0
+        if trainer.along is not None and done % cfg.tasks_every == 0:
+            along_seconds = -time.perf_counter()
+            along = trainer.along()
+            along_seconds += time.perf_counter()
+        if done % cfg.log_every == 0 or done == cfg.max_steps or done == start + 1 or along:
+            elapsed = time.perf_counter() - timer - along_seconds  # the tasks are no training
             tokens_per_s = tokens_per_step * (done - timed_from) / max(elapsed, 1e-9)
             if grad_norm is None:
                 grad_norm = engine.get_global_grad_norm()
@@ -377,7 +386,7 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
             }
             if cfg.eval_every and done % cfg.eval_every == 0:
                 metrics["eval_loss"] = _eval_loss(engine, trainer.fixed, cfg, world)
-            trainer.tracker.log(metrics, done)
+            trainer.tracker.log({**metrics, **along}, done)
             bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:,.0f}")
             if world.rank == 0:
                 eta = (time.perf_counter() - began) / (done - start) * (cfg.max_steps - done)

@@ -121,7 +121,7 @@ def _evaluate(run_dir: Path, config: RunConfig, task_names: list[str], eval_conf
                                       out)
             # the training run's W&B run continues (its id file)
             tracker = tracker or Tracker(run_dir, config.name, {}, **config.tracking)
-            tracker.summary(_flatten(f"eval/{name}", results[name]))
+            tracker.summary(flat_results(f"eval/{name}", results[name]))
             if known[name].plot is not None:
                 tracker.log_image(f"eval/{name}", out / f"{name}.png")
     finally:
@@ -155,8 +155,9 @@ def _run_task(task: Task, context: EvalContext, options: Any, head: dict, out: P
     return result
 
 
-def _flatten(prefix: str, value) -> dict:
+def flat_results(prefix: str, value) -> dict:
+    """A task's nested results as one level of `prefix/key/...` keys."""
     if isinstance(value, dict):
         return {k: v for key, item in value.items() for k, v in
-                _flatten(f"{prefix}/{key}", item).items()}
+                flat_results(f"{prefix}/{key}", item).items()}
     return {prefix: value}
