@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TASKS = ("qa",)
 # this package's modules that import torch; none registers a task, and `tasks()` skips them
-TORCH_MODULES = ("activations", "generation", "runner")
+TORCH_MODULES = ("activations", "generation", "mechanisms", "runner")
 
 
 @dataclass
