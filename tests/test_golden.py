@@ -80,8 +80,13 @@ CONFIGS = {  # family -> name -> overrides
         "zipf_distinct": ["subjects=8", "relations=3", "distinct_answers=true",
                           "subject_zipf=1.0", "relation_zipf=0.5", "seq_len=12", "samples=300"],
     },
+    "khop": {
+        "paper_alphabet": ["seq_len=40", "max_hops=8", "samples=300", "eval_samples=5"],
+        "binary_weighted": ["alphabet=2", "max_hops=3", "seq_len=12", "hop_weights=[0,1,1,2]",
+                            "samples=300", "eval_samples=5"],
+    },
 }
-FIXED_VOCABULARY = ("depo", "brevo", "mano", "birth", "markov", "recall")
+FIXED_VOCABULARY = ("depo", "brevo", "mano", "birth", "markov", "recall", "khop")
 
 
 def _digest(family: str, overrides: list[str], tmp_path: Path) -> tuple[str, str]:
