@@ -25,10 +25,7 @@ import argparse
 import contextlib
 import json
 import os
-import resource
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 from cpu_pressure import print_run_footer
+from gen_command import ROOT, timed_gen
 
-ROOT = Path(__file__).resolve().parent.parent
 SEQ_LEN, TRIGGERS = 256, 5
 TARGET = 1_000_000  # tokens/s per core, the whole command (issue 24)
 
@@ -69,28 +66,15 @@ def official(module, samples: int, seed: int) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def physlm_gen(samples: int, out: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of the whole gen command."""
-    shutil.rmtree(out, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    command = [sys.executable, "-m", "launch.cli", "gen", str(ROOT / "configs/corpus/birth.yaml"),
-               f"samples={samples}", f"seq_len={SEQ_LEN}", f"triggers={TRIGGERS}",
-               "--out", str(out), "--workers", "1", "--no-progress"]
-    cpu, began = _children_cpu(), time.perf_counter()
-    subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - began, _children_cpu() - cpu
-    manifest = json.loads((out / "manifest.json").read_text())
+    wall, cpu, manifest = timed_gen(ROOT / "configs/corpus/birth.yaml",
+                                    [f"samples={samples}", f"seq_len={SEQ_LEN}",
+                                     f"triggers={TRIGGERS}"], out)
     if manifest["tokens"] != samples * SEQ_LEN:
         raise RuntimeError(f"the corpus holds {manifest['tokens']} tokens, not "
                            f"{samples * SEQ_LEN}")
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds
+    return wall, cpu
 
 
 def defects(module) -> dict[str, str]:

@@ -22,11 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 from cpu_pressure import print_run_footer
+from gen_command import ROOT, alternating_rounds, print_token_rates, timed_gen
 
-ROOT = Path(__file__).resolve().parent.parent
 TARGET = 1_000_000  # tokens per second per core, the whole command
 BATCH = 32  # the official train.py's batch
 # case -> (official task kwargs, physlm overrides, physlm sequences)
@@ -45,11 +40,6 @@ CASES = {"paper": ({"seq_len": 100, "char_tokens": 4, "max_hops": 16},
                    ["seq_len=48", "alphabet=5", "max_hops=3"], 100_000)}
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def doc_tokens(case: str) -> int:
     """Tokens a document (an official input row): the hop token and seq_len - 2 letters."""
     return CASES[case][0]["seq_len"] - 1
@@ -57,22 +47,12 @@ def doc_tokens(case: str) -> int:
 
 def physlm_gen(case: str, samples: int, scratch: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of the whole gen command."""
-    out = scratch / case
-    shutil.rmtree(out, ignore_errors=True)
-    command = [sys.executable, "-m", "launch.cli", "gen", str(ROOT / "configs/corpus/khop.yaml"),
-               *CASES[case][1], f"samples={samples}", "--out", str(out), "--workers", "1",
-               "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    cpu, began = _children_cpu(), time.perf_counter()
-    subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - began, _children_cpu() - cpu
-    manifest = json.loads((out / "manifest.json").read_text())
+    wall, cpu, manifest = timed_gen(ROOT / "configs/corpus/khop.yaml",
+                                    [*CASES[case][1], f"samples={samples}"], scratch / case)
     if manifest["tokens"] != samples * doc_tokens(case):
         raise RuntimeError(f"{case}: {manifest['tokens']} tokens, not "
                            f"{samples * doc_tokens(case)}")
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds
+    return wall, cpu
 
 
 def official_task(checkout: str, seed: int | None, **kwargs):
@@ -135,43 +115,20 @@ def defects(checkout: str) -> dict[str, str]:
     return found
 
 
-def run_case(case: str, checkout: str, rounds: int, scale: float, scratch: Path
-             ) -> dict[str, list[tuple[float, float]]]:
+def run_case(case: str, checkout: str, rounds: int, scale: float, scratch: Path) -> dict:
     ours = max(2, round(CASES[case][2] * scale))
     theirs = max(BATCH * doc_tokens(case), round(ours * doc_tokens(case) / 100))
-    times: dict[str, list] = {"official": [], "whole": [], "fixed": []}
-    for r in range(rounds):
-        steps = [("official", lambda seed=r: official(case, checkout, theirs, seed)),
-                 ("whole", lambda: physlm_gen(case, ours, scratch)),
-                 ("fixed", lambda: physlm_gen(case, 1, scratch))]
-        for name, step in (steps if r % 2 == 0 else steps[::-1]):
-            times[name].append(step())
-            print(f"  {case} round {r + 1} {name}: {times[name][-1][1]:.2f} CPU s",
-                  file=sys.stderr, flush=True)
+    times = alternating_rounds(case, rounds, [
+        ("official", lambda r: official(case, checkout, theirs, r)),
+        ("whole", lambda r: physlm_gen(case, ours, scratch)),
+        ("fixed", lambda r: physlm_gen(case, 1, scratch))])
     per_batch = BATCH * doc_tokens(case)
-    times["sizes"] = [(ours * doc_tokens(case), -(-theirs // per_batch) * per_batch)]
-    return times
+    return {**times, "sizes": (ours * doc_tokens(case), -(-theirs // per_batch) * per_batch)}
 
 
-def print_rates(results: dict[str, dict]) -> None:
-    print("| case | official tokens/s | physlm whole command tokens/s | physlm fixed cost s "
-          "| physlm marginal tokens/s | whole / official | marginal / official "
-          f"| target (>= {TARGET:,}/s, whole) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for which, label in ((1, "CPU"), (0, "wall")):
-        for case, t in results.items():
-            ours, theirs = t["sizes"][0]
-            median = {name: statistics.median(x[which] for x in t[name])
-                      for name in ("official", "whole", "fixed")}
-            off, whole = theirs / median["official"], ours / median["whole"]
-            spent = median["whole"] - median["fixed"]
-            marginal = (ours - doc_tokens(case)) / spent if spent > 0 else float("inf")
-            print(f"| {case} ({label}) | {off:,.0f} | {whole:,.0f} | {median['fixed']:.2f} "
-                  f"| {marginal:,.0f} | {whole / off:.1f}x | {marginal / off:.1f}x "
-                  f"| {'met' if whole >= TARGET else 'not met'} |")
-    print()
+def print_sizes(results: dict[str, dict]) -> None:
     for case, t in results.items():
-        ours, theirs = t["sizes"][0]
+        ours, theirs = t["sizes"]
         print(f"{case}: physlm {ours:,} tokens (khop.yaml {' '.join(CASES[case][1])}), official "
               f"{theirs:,} ({CASES[case][0]}), {len(t['whole'])} rounds")
 
@@ -194,7 +151,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_khop_") as scratch:
         results = {case: run_case(case, args.official, args.rounds, args.scale, Path(scratch))
                    for case in cases}
-    print_rates(results)
+    print_token_rates(results, {case: doc_tokens(case) for case in results}, TARGET)
+    print()
+    print_sizes(results)
     print("\nThe official task's defects, confirmed by running it:\n")
     print(json.dumps(defects(args.official), indent=1))
     print()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ from functools import partial
 from pathlib import Path
 
 from cpu_pressure import print_run_footer
+from gen_command import children_cpu
 
 from corpus_gen.core.config import load_config
 from corpus_gen.core.registry import get_family, schemas
@@ -87,11 +87,6 @@ def physlm_draws(samples: int, start: int) -> None:
         raise RuntimeError(f"{count} documents, not {samples}")
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def physlm_gen(samples: int, out: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "launch.cli", "gen", str(CONFIG), f"samples={samples}",
@@ -122,8 +117,8 @@ def main() -> None:
         for r in range(args.rounds):
             steps = [("official", partial(draw, m, r + 1), time.process_time),
                      ("draws", partial(physlm_draws, n, 1 + r * n), time.process_time),
-                     ("whole", partial(physlm_gen, n, out), _children_cpu),
-                     ("fixed", partial(physlm_gen, 1, out), _children_cpu)]
+                     ("whole", partial(physlm_gen, n, out), children_cpu),
+                     ("fixed", partial(physlm_gen, 1, out), children_cpu)]
             for name, step, cpu in (steps if r % 2 == 0 else steps[::-1]):
                 times[name].append(_timed(step, cpu))
                 print(f"  round {r + 1} {name}: {times[name][-1][1]:.2f} CPU s", file=sys.stderr,
