@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from cpu_pressure import print_run_footer
-from gen_command import ROOT, alternating_rounds, print_token_rates, timed_gen
+from gen_command import ROOT, alternating_rounds, parse_cases, print_token_rates, timed_gen
 
 TARGET = 1_000_000  # tokens per second per core, the whole command
 BATCH = 32  # the official train.py's batch
@@ -136,15 +136,7 @@ def print_sizes(results: dict[str, dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--official", required=True, help="the hop-induction-heads checkout")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of "
-                                                             + ", ".join(CASES))
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every size")
-    args = ap.parse_args()
-    cases = args.cases.split(",")
-    unknown = sorted(set(cases) - set(CASES))
-    if unknown:
-        ap.error(f"--cases: unknown {unknown}; known: {list(CASES)}")
+    args, cases = parse_cases(ap, CASES)
     import torch
 
     torch.set_num_threads(1)  # one core, as the gen command's one worker

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from cpu_pressure import print_run_footer
-from gen_command import ROOT, alternating_rounds, print_token_rates, timed_gen
+from gen_command import ROOT, alternating_rounds, parse_cases, print_token_rates, timed_gen
 
 TARGET = 1_000_000  # tokens per second per core, the whole command
 SEQ_LEN = 255  # both configs' documents
@@ -119,15 +119,7 @@ def print_sizes(results: dict[str, dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--official", required=True, help="the Markov repository's checkout")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of "
-                                                             + ", ".join(CASES))
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every size")
-    args = ap.parse_args()
-    cases = args.cases.split(",")
-    unknown = sorted(set(cases) - set(CASES))
-    if unknown:
-        ap.error(f"--cases: unknown {unknown}; known: {list(CASES)}")
+    args, cases = parse_cases(ap, CASES)
     import torch
 
     torch.set_num_threads(1)  # one core, as the gen command's one worker

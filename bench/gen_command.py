@@ -4,6 +4,7 @@ fixed cost and its marginal rate against an official sampler."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -16,6 +17,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_cases(ap: argparse.ArgumentParser, cases: dict) -> tuple[argparse.Namespace, list]:
+    """`ap`'s arguments with --rounds, --cases (of `cases`) and --scale added, and the cases
+    chosen."""
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=",".join(cases), help="comma-separated, of "
+                                                             + ", ".join(cases))
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every size")
+    args = ap.parse_args()
+    chosen = args.cases.split(",")
+    unknown = sorted(set(chosen) - set(cases))
+    if unknown:
+        ap.error(f"--cases: unknown {unknown}; known: {list(cases)}")
+    return args, chosen
 
 
 def children_cpu() -> float:
