@@ -23,20 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import official_p41_peer as peer
 from cpu_pressure import print_run_footer
+from gen_command import ROOT, alternating_rounds, parse_cases, timed_gen
 
-ROOT = Path(__file__).resolve().parent.parent
 TARGET_FACTOR = 20
 # case -> (corpus config, its size keys, physlm training samples, official samples)
 CASES: dict[str, tuple[str, tuple[str, ...], int, int]] = {
@@ -48,34 +42,15 @@ CASES: dict[str, tuple[str, tuple[str, ...], int, int]] = {
 }
 
 
-def gen_command(case: str, samples: int, out: Path) -> list[str]:
-    """`physlm gen` of the case's config (as the console script runs it)."""
-    config, sizes, _, _ = CASES[case]
-    return [sys.executable, "-m", "launch.cli", "gen", str(ROOT / "configs/corpus" / config),
-            *sizes, f"samples={samples}", "--out", str(out), "--workers", "1", "--no-progress"]
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def physlm_gen(case: str, samples: int, scratch: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of the whole gen command."""
-    out = scratch / case
-    shutil.rmtree(out, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    cpu, began = _children_cpu(), time.perf_counter()
-    subprocess.run(gen_command(case, samples, out), cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - began, _children_cpu() - cpu
-    manifest = json.loads((out / "manifest.json").read_text())
+    config, sizes, _, _ = CASES[case]
+    wall, cpu, manifest = timed_gen(ROOT / "configs/corpus" / config,
+                                    [*sizes, f"samples={samples}"], scratch / case)
     if manifest["records"] != samples:
         raise RuntimeError(f"{case}: the corpus holds {manifest['records']} samples, not "
                            f"{samples}")
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds
+    return wall, cpu
 
 
 def official(case: str, checkout: str, samples: int, seed: int) -> tuple[float, float]:
@@ -87,17 +62,11 @@ def run_case(case: str, checkout: str, rounds: int, scale: float, scratch: Path
              ) -> dict[str, list[tuple[float, float]]]:
     _, _, ours, theirs = CASES[case]
     ours, theirs = max(2, round(ours * scale)), max(1, round(theirs * scale))
-    times: dict[str, list[tuple[float, float]]] = {"official": [], "whole": [], "fixed": []}
-    for r in range(rounds):
-        steps = [("official", lambda seed=r: official(case, checkout, theirs, seed)),
-                 ("whole", lambda: physlm_gen(case, ours, scratch)),
-                 ("fixed", lambda: physlm_gen(case, 1, scratch))]
-        for name, step in (steps if r % 2 == 0 else steps[::-1]):
-            times[name].append(step())
-            print(f"  {case} round {r + 1} {name}: {times[name][-1][0]:.2f} s", file=sys.stderr,
-                  flush=True)
-    times["sizes"] = [(ours, theirs)]
-    return times
+    times = alternating_rounds(case, rounds, [
+        ("official", lambda r: official(case, checkout, theirs, r)),
+        ("whole", lambda r: physlm_gen(case, ours, scratch)),
+        ("fixed", lambda r: physlm_gen(case, 1, scratch))])
+    return {**times, "sizes": [(ours, theirs)]}
 
 
 def _median(pairs: list[tuple[float, float]], which: int) -> float:
@@ -130,15 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--official", required=True, help="PhysicsLM4 checkout (see "
                                                       "official_p41_peer.py)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of "
-                                                             + ", ".join(CASES))
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every sample count")
-    args = ap.parse_args()
-    cases = args.cases.split(",")
-    unknown = sorted(set(cases) - set(CASES))
-    if unknown:
-        ap.error(f"--cases: unknown {unknown}; known: {list(CASES)}")
+    args, cases = parse_cases(ap, CASES)
     with tempfile.TemporaryDirectory(prefix="bench_p41_") as scratch:
         results = {case: run_case(case, args.official, args.rounds, args.scale, Path(scratch))
                    for case in cases}
