@@ -1,11 +1,14 @@
-"""What the integer-token family tests (depo, brevo, mano) share: a family's config from
-overrides, its training records and its one eval set's rows, generated in process, and the check
-that a corpus does not depend on the worker count or the shard size."""
+"""What the fixed-vocabulary family tests (depo, brevo, mano and the sandboxes) share: a family's
+config from overrides, its training records and its one eval set's rows, generated in process,
+the check that a corpus does not depend on the worker count or the shard size, and the
+chi-square test of draws against their law."""
 
 import json
 from pathlib import Path
 
+import numpy as np
 from omegaconf import OmegaConf
+from scipy.stats import chi2
 
 from corpus_gen.core.config import CorpusConfig, corpus_config
 from corpus_gen.core.generate import generate_corpus
@@ -60,3 +63,19 @@ def assert_independent_of_workers_and_shard_size(family: str, overrides: list[st
 def _shard_contents(out: Path, manifest: dict) -> list[tuple[bytes, bytes, str]]:
     return [(s["ids"].tobytes(), s["mask"].tobytes(), json.dumps(s["json"]))
             for shard in manifest["shards"] for s in read_shard(out / shard["name"])]
+
+
+def chi_square_p(observed: np.ndarray, law: np.ndarray) -> float:
+    """The chi-square p-value of counts against a law (probabilities or expected counts, scaled
+    to the counts' total): a cell the law rules out must be empty, and the cells expecting
+    fewer than 5 are merged into one."""
+    observed = np.asarray(observed, dtype=float)
+    expected = np.asarray(law, dtype=float) / np.sum(law) * observed.sum()
+    assert observed[expected == 0].sum() == 0, "draws where the law puts no mass"
+    live = expected > 0
+    small = live & (expected < 5)
+    counts = np.append(observed[live & ~small], observed[small].sum())
+    means = np.append(expected[live & ~small], expected[small].sum())
+    keep = means > 0
+    statistic = ((counts[keep] - means[keep]) ** 2 / means[keep]).sum()
+    return float(chi2.sf(statistic, keep.sum() - 1))

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import chi2
 
 from corpus_gen.birth import bigrams
 from corpus_gen.core.errors import ConfigError
@@ -16,7 +15,11 @@ from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import get_family
 from corpus_gen.core.shards import read_shard
 from launch.cli import main
-from tests.integer_task_corpus import assert_independent_of_workers_and_shard_size, family_config
+from tests.integer_task_corpus import (
+    assert_independent_of_workers_and_shard_size,
+    chi_square_p,
+    family_config,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = json.loads((ROOT / "corpus_gen/birth/data/shakespeare_char_counts.json").read_text())
@@ -46,17 +49,6 @@ def _outputs_by_hand(tokens: list[int], triggers: list[int]) -> list[tuple[int, 
             seen[tokens[t - 1]] = seen.get(tokens[t - 1], 0) + 1
             found.append((t, tokens[t - 1], seen[tokens[t - 1]]))
     return found
-
-
-def _chi2_p(observed: np.ndarray, expected_share: np.ndarray) -> float:
-    """The chi-square test's p-value, categories expecting fewer than 5 merged into one."""
-    expected = expected_share / expected_share.sum() * observed.sum()
-    small = expected < 5
-    obs = np.append(observed[~small], observed[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    keep = exp > 0
-    stat = ((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()
-    return float(chi2.sf(stat, keep.sum() - 1))
 
 
 def test_the_vocabulary_is_the_65_characters_then_eos_with_whitespace_named():
@@ -128,8 +120,8 @@ def test_ordinary_tokens_follow_the_bigram_law_and_the_first_the_unigram_law():
                 after[a][b] += 1
     for a, observed in after.items():
         assert observed.sum() > 5000
-        assert _chi2_p(observed, bigram[a]) > 1e-6
-    assert _chi2_p(first, np.array(COUNTS["unigram_counts"], dtype=float)) > 1e-6
+        assert chi_square_p(observed, bigram[a]) > 1e-6
+    assert chi_square_p(first, np.array(COUNTS["unigram_counts"], dtype=float)) > 1e-6
 
 
 def test_drawn_triggers_are_successive_draws_from_the_unigram_law():
@@ -139,12 +131,12 @@ def test_drawn_triggers_are_successive_draws_from_the_unigram_law():
     for _, meta, _ in sequences:
         first[meta["triggers"][0]] += 1
         second[meta["triggers"][1]] += 1
-    assert _chi2_p(first, unigram) > 1e-6
+    assert chi_square_p(first, unigram) > 1e-6
     # the second: P(c) = sum over a != c of p(a) p(c) / (1 - p(a))
     p = unigram / unigram.sum()
     law = p * ((p / (1 - p)).sum() - p / (1 - p))
     assert law.sum() == pytest.approx(1)
-    assert _chi2_p(second, law) > 1e-6
+    assert chi_square_p(second, law) > 1e-6
 
 
 @pytest.mark.parametrize("mode", ["uniform", "bigram", "held_out"])
@@ -155,7 +147,7 @@ def test_outputs_follow_their_law(mode):
     law = {"uniform": np.ones(V), "held_out": (np.arange(V) < 48).astype(float),
            "bigram": np.array(COUNTS["bigram_counts"][1], dtype=float)}[mode]  # after "<sp>"
     assert observed[law == 0].sum() == 0
-    assert _chi2_p(observed[law > 0], law[law > 0]) > 1e-6
+    assert chi_square_p(observed[law > 0], law[law > 0]) > 1e-6
 
 
 def test_eval_rows_give_each_outputs_position_and_occurrence_and_ood_holds_held_out_outputs():

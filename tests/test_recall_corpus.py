@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import chi2
 
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
@@ -19,6 +18,7 @@ from corpus_gen.recall.facts import fact_table, relation_only_loss, zipf_law
 from launch.cli import main
 from tests.integer_task_corpus import (
     assert_independent_of_workers_and_shard_size,
+    chi_square_p,
     eval_rows,
     family_config,
     training_records,
@@ -36,13 +36,6 @@ def _documents(config, count: int) -> np.ndarray:
     """(count, T + 1) token ids of the first training documents."""
     batches = get_family("recall").document_batches(config, 0, count)
     return np.concatenate([b.ids + 1 for b in batches]).reshape(count, config.seq_len + 1)
-
-
-def _chi_square_p(observed: np.ndarray, expected: np.ndarray) -> float:
-    keep = expected > 0
-    assert observed[~keep].sum() == 0
-    stat = float(((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum())
-    return float(chi2.sf(stat, keep.sum() - 1))
 
 
 def _parse(words: list[str], config) -> dict:
@@ -98,7 +91,7 @@ def test_drawn_answers_are_uniform_over_the_relations_block():
     table = fact_table(0, 40_000, 3, 8, False)
     for r in range(3):
         counts = np.bincount(table[:, r] - r * 8, minlength=8)
-        assert _chi_square_p(counts, np.full(8, 40_000 / 8)) > P_FLOOR
+        assert chi_square_p(counts, np.full(8, 40_000 / 8)) > P_FLOOR
 
 
 @pytest.mark.parametrize("exponent", [0.0, 1.0, 2.5])
@@ -111,10 +104,10 @@ def test_subjects_and_relations_follow_their_zipf_laws(exponent):
     subject = np.where((docs[:, :5] >= 1) & (docs[:, :5] <= 6), docs[:, :5] - 1, -1).max(1)
     relation = np.where((docs[:, :5] >= 7) & (docs[:, :5] <= 9), docs[:, :5] - 7, -1).max(1)
     weights = np.arange(1, 7.0) ** -exponent
-    assert _chi_square_p(np.bincount(subject, minlength=6),
+    assert chi_square_p(np.bincount(subject, minlength=6),
                          60_000 * weights / weights.sum()) > P_FLOOR
     weights = np.arange(1, 4.0) ** -(exponent / 2)
-    assert _chi_square_p(np.bincount(relation, minlength=3),
+    assert chi_square_p(np.bincount(relation, minlength=3),
                          60_000 * weights / weights.sum()) > P_FLOOR
 
 
@@ -128,10 +121,10 @@ def test_places_are_a_uniform_ordered_pair_and_noise_is_uniform():
     pairs = np.bincount(subject_at * 5 + relation_at, minlength=25).reshape(5, 5)
     expected = np.full((5, 5), 60_000 / 20)
     np.fill_diagonal(expected, 0)
-    assert _chi_square_p(pairs.ravel(), expected.ravel()) > P_FLOOR
+    assert chi_square_p(pairs.ravel(), expected.ravel()) > P_FLOOR
     noise = prompt[prompt >= 5] - 5
     assert len(noise) == 60_000 * 3
-    assert _chi_square_p(np.bincount(noise, minlength=5), np.full(5, len(noise) / 5)) > P_FLOOR
+    assert chi_square_p(np.bincount(noise, minlength=5), np.full(5, len(noise) / 5)) > P_FLOOR
     assert (docs[:, 5] == 10).all()  # <sep>
 
 
