@@ -11,6 +11,9 @@ cross-entropy, backward, AdamW fused=False) with documents packed as the trainer
 is on by default) and, as a second pair, one document per row. --compile adds the pairs under
 torch.compile (train.compile: true).
 
+The process keeps freed host memory for reuse as the trainer does on CPU
+(trainer/host_memory.py; bench_host_memory.py measures that setting on its own).
+
 After an untimed warmup, each round times one step of every contestant in a rotating order;
 only quiet steps (another task waited for a core less than --quiet of the step, Linux CPU
 pressure) enter the medians. The table gives each contestant's median and, per pair, Canon's
@@ -33,6 +36,7 @@ from torch import Tensor, nn
 from train_step import phased_step
 
 from trainer.determinism import deterministic_kernels
+from trainer.host_memory import keep_freed_host_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,6 +99,7 @@ def step(c: Contestant, ids: Tensor, targets: Tensor) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    kept = keep_freed_host_memory()  # as the trainer's CPU steps run
     _, ctx, batch = quickstart_shape()
     gen = torch.Generator().manual_seed(args.seed)
     tokens = torch.randint(0, args.vocab, (batch, ctx + 1), generator=gen)
@@ -102,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     docs, pos = packed_docs(batch, ctx, args.doc_len, gen)
     contestants = build(args, ids, docs, pos)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch {batch} x {ctx}, "
-          f"vocab {args.vocab}, gpt_tiny, canon {args.canon!r} kernel 4, fp32")
+          f"vocab {args.vocab}, gpt_tiny, canon {args.canon!r} kernel 4, fp32, freed host memory "
+          f"{'kept (the trainer setting)' if kept else 'returned (not glibc)'}")
     for c in contestants:
         for _ in range(args.warmup):
             step(c, ids, targets)

@@ -82,7 +82,7 @@ def test_the_hand_written_backward_is_the_gradient_of_the_forward(kernel, packed
     w = torch.randn(3, kernel, dtype=torch.float64, requires_grad=True)
     for extra in (0.0, 1.0):
         assert torch.autograd.gradcheck(
-            lambda x, w, extra=extra: CanonConv.apply(x, w, inputs.reach(x), extra), (x, w))
+            lambda x, w, extra=extra: CanonConv.apply(w, inputs.reach(x), extra, x), (x, w))
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-doc"])
@@ -95,8 +95,8 @@ def test_each_token_reaches_back_over_its_own_row_and_document_only(packed):
 
 
 def test_the_gradients_have_the_same_bits_for_any_thread_count():
-    """The tokens run in fixed chunks shared among torch's threads; the taps' gradient sums the
-    chunks in order. 3 rows of 1,000 tokens: three chunks, on one thread or split among two."""
+    """The tokens run in fixed chunks that torch's threads take one at a time; the taps' gradient
+    sums the chunks in order. 3 rows of 1,000 tokens: 12 chunks, on one thread or two."""
     docs = torch.arange(3000).reshape(3, 1000) // 70
     inputs = canon_inputs(4, 3, docs, None)
     torch.manual_seed(0)
@@ -106,7 +106,7 @@ def test_the_gradients_have_the_same_bits_for_any_thread_count():
     for count in (1, 2):
         torch.set_num_threads(count)
         xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
-        CanonConv.apply(xc, wc, inputs.reach(xc), 1.0).backward(dz)
+        CanonConv.apply(wc, inputs.reach(xc), 1.0, xc)[0].backward(dz)
         grads.append((xc.grad, wc.grad))
     torch.set_num_threads(threads)
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
@@ -124,7 +124,7 @@ def test_no_output_changes_by_a_bit_when_another_row_or_document_does():
     changed[0, :3] += 1  # row 0's first document
     changed[0, 5:] -= 1  # its last: row 1 runs after it in CanonConv's one sequence
     inputs = canon_inputs(4, 2, docs, None)
-    y, y_changed = (CanonConv.apply(v, w, inputs.reach(v), 1.0) for v in (x, changed))
+    y, y_changed = (CanonConv.apply(w, inputs.reach(v), 1.0, v)[0] for v in (x, changed))
     assert torch.equal(y[0, 3:5], y_changed[0, 3:5]) and torch.equal(y[1], y_changed[1])
     assert (y[0, :3] != y_changed[0, :3]).all()  # the changed document itself does change
 
@@ -135,11 +135,11 @@ def test_sequences_shorter_than_the_kernel_are_the_explicit_sum(batch, length):
     x = torch.randn(batch, length, 3, dtype=torch.float64, requires_grad=True)
     w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     inputs = canon_inputs(4, batch, None, None)
-    got = CanonConv.apply(x, w, inputs.reach(x), 0.0)
+    (got,) = CanonConv.apply(w, inputs.reach(x), 0.0, x)
     truth = explicit(x.detach(), w.detach()[:, None], torch.zeros(batch, length), False, False)
     assert (got - truth).abs().max() < 1e-6  # explicit sums in float32
     assert torch.autograd.gradcheck(
-        lambda x, w: CanonConv.apply(x, w, inputs.reach(x), 1.0), (x, w))
+        lambda x, w: CanonConv.apply(w, inputs.reach(x), 1.0, x), (x, w))
 
 
 def test_the_convolution_starts_as_pytorchs_conv1d_and_gpt_init_leaves_it():

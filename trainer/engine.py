@@ -35,6 +35,7 @@ from trainer.determinism import deterministic_kernels
 from trainer.distributed import Dist, setup
 from trainer.errors import Preempted, TrainError
 from trainer.finetune import load_parent
+from trainer.host_memory import keep_freed_host_memory
 from trainer.lora import add_adapters
 from trainer.model import GPT, ModelConfig
 from trainer.optim import check_same_optimizer, freeze, make_optimizer, optimizer_settings
@@ -163,6 +164,8 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
            held: ExitStack) -> dict:
     cfg = experiment.train
     world = setup()
+    if world.device.type == "cpu":  # each step reuses the last one's freed buffers (glibc)
+        keep_freed_host_memory()
     # compiled on CPU only: there inductor's embedding backward is what varies between runs
     held.enter_context(deterministic_kernels(cfg.compile and world.device.type == "cpu"))
     manifest = _corpus_manifest(corpus_dir, experiment)

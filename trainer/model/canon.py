@@ -16,9 +16,10 @@ convolution is depthwise, so that is the same function without an activation-siz
 
 Two implementations of one function (bench/bench_canon_cpu.py measured the choice): training
 and full passes on CPU in float32 or float64 run `CanonConv`, canon_cpu.py's two compiled loops
-(one pass over the activations forward; backward, the input's and the taps' gradients in one
-pass). KV-cache steps, compiled graphs (whose compiler fuses the sum itself), other devices and
-dtypes run the plain sum with a mask per tap (`_masked_sum`).
+over all of a site's parts at once, on torch's own OpenMP threads (one pass over the activations
+forward; backward, the input's and the taps' gradients in one pass). KV-cache steps, compiled
+graphs (whose compiler fuses the sum itself), other devices and dtypes run the plain sum with a
+mask per tap (`_masked_sum`).
 """
 
 from __future__ import annotations
@@ -79,29 +80,35 @@ def canon_inputs(kernel: int, batch: int, doc: Tensor | None, cache: KVCache | N
 
 
 class CanonConv(torch.autograd.Function):
-    """z_n = sum_j w[:, K-1-j] * x_(n-j) + extra * x_n over the taps of x [B, T, C] that read
-    their own row and document (j <= reach[n], reach [B * T]), for w [C, K], on CPU."""
+    """One site's convolution on CPU: z_n = sum_j w[:, K-1-j] * x_(n-j) + extra * x_n for each
+    part x [B, T, C_i] of its input, w [C, K] split by the parts' widths, over the taps that
+    read their own row and document (j <= reach[n], reach [B * T])."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, reach: Tensor, extra: float) -> Tensor:
+    def forward(ctx, w: Tensor, reach: Tensor, extra: float, *xs: Tensor) -> tuple[Tensor, ...]:
         from trainer.model import canon_cpu  # numba: loaded by a Canon model's first pass
 
-        dtype = torch.promote_types(x.dtype, w.dtype)  # what x * w would be
-        flat = x.detach().contiguous().view(-1, x.shape[-1]).to(dtype)  # [N, C]
-        taps = w.detach().t().to(dtype, copy=True).contiguous()  # [K, C]
-        taps[-1] += extra
-        ctx.save_for_backward(flat, taps, reach)
-        ctx.shape, ctx.dtypes = x.shape, (x.dtype, w.dtype)
-        return canon_cpu.forward(flat, taps, reach).view(x.shape)
+        dtype = torch.promote_types(xs[0].dtype, w.dtype)  # what x * w would be
+        flats = [x.detach().contiguous().view(-1, x.shape[-1]).to(dtype) for x in xs]  # [N, C_i]
+        taps = [part.t().to(dtype, copy=True).contiguous()  # [K, C_i]
+                for part in w.detach().split([x.shape[-1] for x in xs])]
+        for part in taps:
+            part[-1] += extra
+        ctx.save_for_backward(reach, *flats, *taps)
+        ctx.dtypes = xs[0].dtype, w.dtype
+        return tuple(z.view(x.shape) for z, x in zip(canon_cpu.forward(flats, taps, reach), xs))
 
     @staticmethod
-    def backward(ctx, dz: Tensor) -> tuple[Tensor, Tensor, None, None]:
+    def backward(ctx, *dzs: Tensor) -> tuple[Tensor | None, ...]:
         from trainer.model import canon_cpu
 
-        flat, taps, reach = ctx.saved_tensors
-        dz = dz.contiguous().view(flat.shape).to(flat.dtype)
-        dx, dtaps = canon_cpu.backward(dz, flat, taps, reach)  # [N, C], [K, C]
-        return dx.view(ctx.shape).to(ctx.dtypes[0]), dtaps.t().to(ctx.dtypes[1]), None, None
+        reach, *saved = ctx.saved_tensors
+        flats, taps = saved[:len(dzs)], saved[len(dzs):]
+        dxs, dtaps = canon_cpu.backward(
+            [dz.contiguous().view(x.shape).to(x.dtype) for dz, x in zip(dzs, flats)],
+            flats, taps, reach)  # [N, C_i] and [K, C_i] each
+        dw = torch.cat([part.t() for part in dtaps]).to(ctx.dtypes[1])  # [C, K]
+        return dw, None, None, *(dx.view(dz.shape).to(ctx.dtypes[0]) for dx, dz in zip(dxs, dzs))
 
 
 class Canon(nn.Conv1d):
@@ -115,23 +122,23 @@ class Canon(nn.Conv1d):
 
     def forward(self, parts: list[Tensor], inputs: CanonInputs, layer: int) -> list[Tensor]:
         """Each part [B, T, C_i] (their widths sum to the site's) after the site's Canon."""
-        weights = self.weight[:, 0].split([part.shape[-1] for part in parts])  # [C_i, K] each
-        return [self._convolve(part, w, inputs, (layer, f"canon_{self.site}.{i}"))
-                for i, (part, w) in enumerate(zip(parts, weights))]
-
-    def _convolve(self, x: Tensor, w: Tensor, inputs: CanonInputs, key: tuple[int, str]
-                  ) -> Tensor:
         # without an activation the residual is one more unit on the current token's tap: a
         # pass over the activations less, forward and backward
         folded = self.residual and not self.activation
+        extra = 1.0 if folded else 0.0
+        x, w = parts[0], self.weight[:, 0]  # [C, K]
         if (inputs.cache is None and not torch.compiler.is_compiling() and x.device.type == "cpu"
                 and torch.promote_types(x.dtype, w.dtype) in (torch.float32, torch.float64)):
-            y = CanonConv.apply(x, w, inputs.reach(x), 1.0 if folded else 0.0)
+            ys = CanonConv.apply(w, inputs.reach(x), extra, *parts)
         else:
-            y = _masked_sum(x, w, inputs, key, 1.0 if folded else 0.0)
+            weights = w.split([part.shape[-1] for part in parts])  # [C_i, K] each
+            ys = [_masked_sum(part, w_i, inputs, (layer, f"canon_{self.site}.{i}"), extra)
+                  for i, (part, w_i) in enumerate(zip(parts, weights))]
         if self.activation:
-            y = F.silu(y)
-        return x + y if self.residual and not folded else y
+            ys = [F.silu(y) for y in ys]
+        if self.residual and not folded:
+            ys = [part + y for part, y in zip(parts, ys)]
+        return list(ys)
 
 
 def _masked_sum(x: Tensor, w: Tensor, inputs: CanonInputs, key: tuple[int, str], extra: float
