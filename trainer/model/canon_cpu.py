@@ -65,12 +65,12 @@ def _run(tasks: dict, reach: Tensor, parts: list[tuple[Tensor, ...]]) -> None:
                                 for value in (x.shape[1], x.data_ptr(),
                                               *(a.data_ptr() for a in arrays))],
                       dtype=np.int64)
-    task = tasks[parts[0][0].dtype]
-    parallel = _openmp_parallel()
+    task, threads = tasks[parts[0][0].dtype], torch.get_num_threads()
+    parallel = _openmp_parallel() if threads > 1 else None
     if parallel is None:
         task.ctypes(record.ctypes.data)
     else:  # ctypes lets the GIL go while the team works
-        parallel(task.address, record.ctypes.data, torch.get_num_threads(), 0)
+        parallel(task.address, record.ctypes.data, threads, 0)
 
 
 @cache
