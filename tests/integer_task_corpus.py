@@ -40,11 +40,14 @@ def readable_words(names: list[str]) -> list[str]:
 
 
 def assert_independent_of_workers_and_shard_size(family: str, overrides: list[str],
-                                                 tmp_path: Path, samples: int = 700) -> None:
+                                                 tmp_path: Path, samples: int = 700,
+                                                 sized_by: list[str] | None = None) -> None:
     """Two workers write every file of one worker byte for byte (the datasheet's timings
-    aside), and 1,000 documents a shard hold the same documents as 150."""
+    aside), and 1,000 documents a shard hold the same documents as 150. `sized_by`: the
+    overrides that make a corpus of `samples` training documents, for a family without a
+    `samples` key (default: samples=<samples>)."""
     def gen(name: str, workers: int, per_shard: int) -> tuple[Path, dict]:
-        config = family_config(family, *overrides, f"samples={samples}",
+        config = family_config(family, *overrides, *(sized_by or [f"samples={samples}"]),
                                f"records_per_shard={per_shard}")
         out = tmp_path / name
         return out, generate_corpus(config, out, workers=workers, progress=False,

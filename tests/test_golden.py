@@ -85,8 +85,15 @@ CONFIGS = {  # family -> name -> overrides
         "binary_weighted": ["alphabet=2", "max_hops=3", "seq_len=12", "hop_weights=[0,1,1,2]",
                             "samples=300", "eval_samples=5"],
     },
+    "biod": {
+        "bios_pools": ["people=300"],
+        "random_junk": ["people=150", "name_pools=[20,20]", "renderings=2", "junk_ratio=7"],
+        "biod_junk_domain": ["people=200", "name_pools=[20,20]", "attributes=3", "chunks=2",
+                             "dictionary=10", "chunk_len=2", "alphabet=8", "renderings=2",
+                             "junk_ratio=3", "junk=biod", "domain_token=true"],
+    },
 }
-FIXED_VOCABULARY = ("depo", "brevo", "mano", "birth", "markov", "recall", "khop")
+FIXED_VOCABULARY = ("depo", "brevo", "mano", "birth", "markov", "recall", "khop", "biod")
 
 
 def _digest(family: str, overrides: list[str], tmp_path: Path) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus_gen.bios.config import MAX_COPIES, BiosConfig, parse_variant
-from corpus_gen.core.seeding import derive_key, feistel_permute
+from corpus_gen.core.seeding import derive_key, shuffle_halves
 
 
 @dataclass(frozen=True)
@@ -64,19 +64,9 @@ def resolve(config: BiosConfig, layout: list[Block], start: int, stop: int) -> S
     for b in np.unique(block).tolist():
         selected = block == b
         offset = position[selected] - (ends[b] - layout[b].people)
-        person[selected] = _shuffle_halves(offset, layout[b].people,
+        person[selected] = shuffle_halves(offset, layout[b].people,
                                            derive_key(config.seed, "bios", "order", b))
     return Slot(position, person, block)
-
-
-def _shuffle_halves(offset: np.ndarray, population: int, key: int) -> np.ndarray:
-    first = (population + 1) // 2
-    in_first = offset < first
-    person = np.empty_like(offset)
-    person[in_first] = feistel_permute(offset[in_first], first, derive_key(key, 0))
-    person[~in_first] = first + feistel_permute(offset[~in_first] - first, population - first,
-                                                derive_key(key, 1))
-    return person
 
 
 def total_records(layout: list[Block]) -> int:

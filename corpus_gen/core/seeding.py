@@ -62,3 +62,17 @@ def feistel_permute(index: np.ndarray, domain: int, key: int, rounds: int = 4) -
         out[outside] = encrypt(out[outside])
         outside = out >= _U64(domain)
     return out.astype(np.int64)
+
+
+def shuffle_halves(offset: np.ndarray, population: int, key: int) -> np.ndarray:
+    """A keyed permutation of [0, population) that keeps each half in place: offsets in the
+    first ceil(population / 2) go to people of that half, the rest to the second half, each
+    half in its own order. Consecutive rounds of one population thus meet first half against
+    second: a person's two documents in consecutive rounds are about population / 2 apart."""
+    first = (population + 1) // 2
+    in_first = offset < first
+    person = np.empty_like(offset)
+    person[in_first] = feistel_permute(offset[in_first], first, derive_key(key, 0))
+    person[~in_first] = first + feistel_permute(offset[~in_first] - first, population - first,
+                                                derive_key(key, 1))
+    return person
