@@ -127,10 +127,12 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from trainer.eval.runner import evaluate
+    from trainer.quantize import quantization
 
+    quantize = quantization(args.quantize, args.group_size)  # checked before the run is read
     # no --task: None, which evaluate() reads as the run's own eval.tasks
     results = evaluate(Path(args.run_dir), args.task,
-                       corpus_dir=Path(args.corpus) if args.corpus else None)
+                       corpus_dir=Path(args.corpus) if args.corpus else None, quantize=quantize)
     for name, result in results.items():
         print(_summary_table(name, result))
     return 0
@@ -352,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="evaluation task, repeatable, e.g. qa or igsm (default: the "
                                "tasks in the run's config, eval.tasks)")
     evaluate.add_argument("--corpus", help="corpus directory (default: the run's)")
+    evaluate.add_argument("--quantize", metavar="SCHEME",
+                          help="evaluate the weights rounded to int8 (one scale per output "
+                               "channel) or int4 (one per --group-size weights of a row): every "
+                               "Linear and embedding table, biases, norms and Canon taps kept "
+                               "float; results go to eval/<task>@int8.json, <task>@int4g64.json")
+    evaluate.add_argument("--group-size", type=int, metavar="N",
+                          help="int4: consecutive weights of a row per scale (default 64; a row "
+                               "it does not divide ends in a shorter group)")
     evaluate.set_defaults(run=_eval)
 
     report = verb_parser("report")

@@ -62,7 +62,7 @@ def execute(plan: Plan, jobs: int = 1, workers: int = 1, log: Callable[[str], No
     states: dict[str, str] = {}
     for run in plan.runs:
         if run_finished(run.run_dir, run.experiment.train.max_steps,
-                        list(run.experiment.eval.tasks)):
+                        list(run.experiment.eval.tasks), run.experiment.train.exposures):
             states[run.name] = "done"
             log(f"run    | {run.name}: done already, kept")
     waiting = [run for run in plan.runs if run.name not in states]

@@ -265,7 +265,7 @@ def plan_record(plan: Plan) -> dict:
         "name": plan.name, "kind": plan.kind, "source": plan.source, "axes": plan.axes,
         "runs": [{"name": run.name, "dir": _relative(run.run_dir, plan.root),
                   "axes": run.axes, "corpus_dir": str(run.corpus_dir), "parent": run.parent,
-                  "max_steps": run.max_steps, "tasks": run.tasks}
+                  "max_steps": run.max_steps, "tasks": run.tasks, "exposures": run.exposures}
                  for run in planned_runs(plan)],
     }
 
@@ -285,6 +285,7 @@ class PlannedRun:
     parent: str | None
     max_steps: int
     tasks: list[str]
+    exposures: int | None = None  # train.exposures: the last step is the checkpoints' to say
 
 
 def read_plan(root: Path) -> tuple[dict, list[PlannedRun]]:
@@ -296,7 +297,8 @@ def read_plan(root: Path) -> tuple[dict, list[PlannedRun]]:
     try:
         record = json.loads(path.read_text())
         runs = [PlannedRun(r["name"], root / r["dir"], dict(r["axes"]), Path(r["corpus_dir"]),
-                           r["parent"], int(r["max_steps"]), list(r["tasks"]))
+                           r["parent"], int(r["max_steps"]), list(r["tasks"]),
+                           r.get("exposures"))
                 for r in record["runs"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise TrainError(f"{path}: not a readable plan ({type(exc).__name__}: {exc})") from None
@@ -306,7 +308,8 @@ def read_plan(root: Path) -> tuple[dict, list[PlannedRun]]:
 def planned_runs(plan: Plan) -> list[PlannedRun]:
     """The plan's runs as plan.json records them."""
     return [PlannedRun(run.name, run.run_dir, run.axes, run.corpus.out, run.parent,
-                       run.experiment.train.max_steps, list(run.experiment.eval.tasks))
+                       run.experiment.train.max_steps, list(run.experiment.eval.tasks),
+                       run.experiment.train.exposures)
             for run in plan.runs]
 
 

@@ -2,9 +2,11 @@
 numbers beside ours, the loss curves overlaid and each task's plots side by side.
 
 It reads only run directories: `config.yaml`, `metrics.jsonl` and `eval/<task>.json` / `.png`.
-A metric is named by its path in the task's JSON (`qa/test/exact`, `igsm/igsm_op23/solution`);
-`step` and `run` are bookkeeping, not metrics. The final training loss (and eval loss) from
-`metrics.jsonl` join as `train/loss` and `train/eval_loss`. In `report.md`:
+A metric is named by its path in the task's JSON (`qa/test/exact`, `igsm/igsm_op23/solution`;
+a quantized evaluation's under its file's name, `qa@int8/test/exact`, never beside a paper's
+number); `step`, `run` and `quantize` are bookkeeping, not metrics. The final training loss
+(and eval loss) from `metrics.jsonl` join as `train/loss` and `train/eval_loss`. In
+`report.md`:
 
 - the metrics table holds the headline numbers: every rate (a float) outside the slices, i.e.
   a task's, split's, set's or form's overall numbers; the slices are the breakdowns under a
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
 
 PAPER_NUMBERS = Path(__file__).parent / "data" / "paper_numbers.yaml"
 REPORT_FILES = {"report.md", "metrics.csv", "loss.png", "plots"}  # what a report directory holds
-BOOKKEEPING = ("step", "run")  # top-level keys of an eval JSON that are not metrics
+# top-level keys of an eval JSON that are not metrics (`quantize`: the weights' scheme, in the
+# results of `physlm eval --quantize`, eval/<task>@int8.json, reported as task `qa@int8`)
+BOOKKEEPING = ("step", "run", "quantize")
 NO_DATA = "no data"  # a rate measured over nothing
 CSV_COLUMNS = ("run", "experiment", "metric", "ours", "paper", "paper_setting", "paper_source",
                "step")

@@ -163,10 +163,11 @@ def _run_jobs(ctx: _Context, manifests: dict[str, Submission]) -> list[Submissio
     plan = ctx.plan
     todo, unevaluated = [], []
     for run in plan.runs:
-        if not trained(run.run_dir, run.experiment.train.max_steps):
+        train = run.experiment.train
+        if not trained(run.run_dir, train.max_steps, train.exposures):
             todo.append(run)
-        elif not evaluated(run.run_dir, run.experiment.train.max_steps,
-                           list(run.experiment.eval.tasks)):
+        elif not evaluated(run.run_dir, train.max_steps, list(run.experiment.eval.tasks),
+                           train.exposures):
             ctx.log(f"slurm  | run {run.name}: trained already")
             unevaluated.append(run)
         else:

@@ -2,11 +2,12 @@
 from its jobs (launch.slurm_status): pending, running, needs eval (trained, not evaluated),
 eval failed, done, failed with the last error line, or damaged (its metrics.jsonl, in one line).
 
-A run is done when its latest checkpoint is at train.max_steps and every task of eval.tasks
-was evaluated at that step; the step and loss come from `metrics.jsonl`: the last logged while
-it trains, the checkpoint's (where it resumes) while it waits. The local executor leaves
-`job.json` in the run directory (its process, stage and exit code) and the jobs' output in
-`log.txt`.
+A run is done when its latest checkpoint is at its last step (train.max_steps, or with
+train.exposures the steps its training worked out from the corpus, which every checkpoint's
+meta.json records) and every task of eval.tasks was evaluated at that step; the step and loss
+come from `metrics.jsonl`: the last logged while it trains, the checkpoint's (where it resumes)
+while it waits. The local executor leaves `job.json` in the run directory (its process, stage
+and exit code) and the jobs' output in `log.txt`.
 """
 
 import os
@@ -27,6 +28,7 @@ from trainer.run_dir import (
     EVAL,
     JOB,
     LOG,
+    META,
     read_latest,
     read_metrics,
     read_run_config,
@@ -64,18 +66,38 @@ def evaluated_at(run_dir: Path, task: str) -> int | None:
         return None
 
 
-def trained(run_dir: Path, max_steps: int) -> bool:
-    """Whether the run's latest checkpoint is at train.max_steps."""
-    return checkpoint_step(run_dir) >= max_steps
+def last_step(run_dir: Path, max_steps: int, exposures: int | None = None) -> int | None:
+    """The step the run trains to: train.max_steps, or with train.exposures the steps its
+    training worked out from the corpus (the latest checkpoint's schedule); None while no
+    checkpoint says."""
+    if exposures is None:
+        return max_steps
+    try:
+        name = read_latest(run_dir / CHECKPOINTS)
+        meta = read_json_file(run_dir / CHECKPOINTS / name / META) if name else None
+        return int(meta["schedule"]["max_steps"]) if meta else None
+    except (OSError, CorpusError, ValueError, KeyError, TypeError):
+        return None
 
 
-def evaluated(run_dir: Path, max_steps: int, tasks: list[str]) -> bool:
-    """Whether each task of eval.tasks has results of the final step."""
-    return all((evaluated_at(run_dir, task) or 0) >= max_steps for task in tasks)
+def trained(run_dir: Path, max_steps: int, exposures: int | None = None) -> bool:
+    """Whether the run's latest checkpoint is at its last step."""
+    last = last_step(run_dir, max_steps, exposures)
+    return last is not None and checkpoint_step(run_dir) >= last
 
 
-def run_finished(run_dir: Path, max_steps: int, tasks: list[str]) -> bool:
-    return trained(run_dir, max_steps) and evaluated(run_dir, max_steps, tasks)
+def evaluated(run_dir: Path, max_steps: int, tasks: list[str],
+              exposures: int | None = None) -> bool:
+    """Whether each task of eval.tasks has results of the last step."""
+    last = last_step(run_dir, max_steps, exposures)
+    return last is not None and all((evaluated_at(run_dir, task) or 0) >= last
+                                    for task in tasks)
+
+
+def run_finished(run_dir: Path, max_steps: int, tasks: list[str],
+                 exposures: int | None = None) -> bool:
+    return (trained(run_dir, max_steps, exposures)
+            and evaluated(run_dir, max_steps, tasks, exposures))
 
 
 def last_metrics(logged: list[dict], up_to: int | None = None) -> dict:
@@ -127,13 +149,15 @@ def run_status(run: PlannedRun, shown: str, slurm: dict[str, tuple[str, str]]) -
     except TrainError as exc:  # one damaged run is a row of its own, never the whole table
         return RunStatus(run.name, shown, "damaged", 0, run.max_steps, None, str(exc))
 
+    last = last_step(run.run_dir, run.max_steps, run.exposures)
+
     def status(state: str, detail: str = "", waiting: bool = False) -> RunStatus:
         # a run waiting to go on resumes from its checkpoint, not from its last logged step
         metrics = last_metrics(logged, checkpoint_step(run.run_dir) if waiting else None)
-        return RunStatus(run.name, shown, state, int(metrics.get("step", 0)), run.max_steps,
-                         metrics.get("loss"), detail)
+        return RunStatus(run.name, shown, state, int(metrics.get("step", 0)),
+                         run.max_steps if last is None else last, metrics.get("loss"), detail)
 
-    if run_finished(run.run_dir, run.max_steps, run.tasks):
+    if run_finished(run.run_dir, run.max_steps, run.tasks, run.exposures):
         return status("done")
     job = read_job(run.run_dir)
     now = working(run.run_dir, job)
@@ -151,9 +175,8 @@ def run_status(run: PlannedRun, shown: str, slurm: dict[str, tuple[str, str]]) -
     if job.get("state") == "stopped":
         return status("pending", f"stopped at step {checkpoint_step(run.run_dir)}; rerun "
                                  "resumes", waiting=True)
-    if trained(run.run_dir, run.max_steps):
-        missing = [task for task in run.tasks
-                   if (evaluated_at(run.run_dir, task) or 0) < run.max_steps]
+    if trained(run.run_dir, run.max_steps, run.exposures):
+        missing = [task for task in run.tasks if (evaluated_at(run.run_dir, task) or 0) < last]
         return status("needs eval", f"trained; not evaluated: {', '.join(missing)}",
                       waiting=True)
     if logged:
@@ -170,7 +193,8 @@ def plan_runs(path: Path) -> tuple[Path | None, list[PlannedRun]]:
         try:
             return None, [PlannedRun(str(config["name"]), path, {}, Path(config["corpus_dir"]),
                                      None, int(config["train"]["max_steps"]),
-                                     list(config["eval"]["tasks"]))]
+                                     list(config["eval"]["tasks"]),
+                                     config["train"].get("exposures"))]
         except (KeyError, TypeError, ValueError) as exc:
             raise TrainError(f"{path / CONFIG}: damaged run config: it needs name, corpus_dir, "
                              f"train.max_steps and eval.tasks ({type(exc).__name__}: {exc})"

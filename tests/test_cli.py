@@ -76,13 +76,13 @@ def test_unknown_keys_list_the_known_ones_and_name_no_class(override, known, cap
 def test_eval_passes_the_tasks_given_or_none(argv, tasks, tmp_path, monkeypatch, capsys):
     calls = []
 
-    def evaluate(run_dir, task_names, corpus_dir=None):
-        calls.append((run_dir, task_names, corpus_dir))
+    def evaluate(run_dir, task_names, corpus_dir=None, quantize=None):
+        calls.append((run_dir, task_names, corpus_dir, quantize))
         return {"qa": {"step": 3, "run": "r", "test": {"exact": 0.5, "n": 2}}}
 
     monkeypatch.setattr(trainer.eval.runner, "evaluate", evaluate)
     assert main(["eval", str(tmp_path), *argv]) == 0
-    assert calls == [(tmp_path, tasks, None)]
+    assert calls == [(tmp_path, tasks, None, None)]
     assert "| test | exact | 0.500 |" in capsys.readouterr().out
 
 

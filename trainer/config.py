@@ -63,6 +63,9 @@ class LoraOptions:
 class TrainConfig:
     seed: int = 0
     max_steps: int = 1000
+    # times each person's documents are read (Part 3.3's exposures): set, the run's steps follow
+    # from the corpus (trainer/exposures.py) and max_steps is not used
+    exposures: int | None = None
     ctx: int = 512  # tokens per window; the model's context
     micro_batch: int = 8  # windows per rank per micro-step
     grad_accum: int = 1
@@ -142,7 +145,11 @@ class TrainConfig:
                 "must be >= 0 and finite (0: no clipping)")
         for key in ("warmup_steps", "eval_every", "tasks_every"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0 (0: off)")
-        require(self.warmup_steps <= self.max_steps, "warmup_steps", self.warmup_steps,
+        require(self.exposures is None or self.exposures >= 1, "exposures", self.exposures,
+                "must be >= 1 (null: train.max_steps steps)")
+        # with exposures the steps are known once the corpus is: the engine checks warmup then
+        require(self.exposures is not None or self.warmup_steps <= self.max_steps,
+                "warmup_steps", self.warmup_steps,
                 f"must not exceed max_steps ({self.max_steps}): the run would end still warming up")
         require(self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision,
                 "must be fp32, bf16 or fp16")

@@ -26,6 +26,7 @@ batches an uninterrupted run would have yielded next. A checkpoint holds one cop
 the copies are equal, since every rank yields the same number of batches per epoch.
 """
 
+import bisect
 import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -237,15 +238,20 @@ class PackedBatches:
                 raise CorpusError(f"{self.root / entry['name']}: shard listed in "
                                   f"{self.root / MANIFEST} is missing")
         self._targeted: bool | None = None  # per-position targets: known at the first shard
+        # documents plus their EOS, per shard and in one pass over the corpus
         stream_lengths = [entry["tokens"] + entry["records"] for entry in self._shards]
-        # documents plus their EOS in one pass over the corpus
+        self._stream_lengths = np.array(stream_lengths, dtype=np.int64)
         self.tokens_per_epoch = sum(stream_lengths)
+        # whole documents: per shard, the stream tokens up to the end of each of its windows
+        self._window_ends = (None if options.split_documents
+                             else [self._whole_window_ends(i) for i in range(len(self._shards))])
         # what locates a window: stream tokens per shard, or whole-document windows per shard
         self._extent = np.array(stream_lengths if options.split_documents
-                                else [len(self._whole_bounds(self._open(i))) - 1
-                                      for i in range(len(self._shards))], dtype=np.int64)
+                                else [len(ends) for ends in self._window_ends], dtype=np.int64)
         self._by_shard = len(self._shards) >= world_size
         self._epoch = self._batch = 0
+        # [e]: stream tokens that epochs before e hold in full (tokens_read runs at every log)
+        self._read_before = [0]
         self._batches(0)  # a corpus too small for one batch fails here, not at the first step
 
     # ---- order and counts -------------------------------------------------------------------
@@ -272,6 +278,44 @@ class PackedBatches:
         else:
             windows = self._windows_in(lists[0]) // self.world_size
         return windows // self.options.micro_batch
+
+    def tokens_in(self, epoch: int, batches: int) -> int:
+        """Stream tokens (documents and their EOS, not padding) that the first `batches` batches
+        of `epoch` hold on all ranks together: what training reads of the corpus. A window of
+        split documents holds ctx of them (its inputs; its last label is the next window's
+        first input), a window of whole documents its documents."""
+        windows = batches * self.options.micro_batch
+        if self.options.split_documents:
+            return windows * self.options.ctx * self.world_size
+        lists = self._rank_shards(epoch)
+        if not self._by_shard:  # the ranks share out the windows of one list
+            return self._whole_tokens(lists[0], windows * self.world_size)
+        return sum(self._whole_tokens(shards, windows) for shards in lists)
+
+    def tokens_read(self) -> int:
+        """Stream tokens that every batch yielded so far (from epoch 0 to this position) held
+        on all ranks together."""
+        while len(self._read_before) <= self._epoch:
+            epoch = len(self._read_before) - 1
+            self._read_before.append(self._read_before[-1]
+                                     + self.tokens_in(epoch, self.batches_in_epoch(epoch)))
+        return self._read_before[self._epoch] + self.tokens_in(self._epoch, self._batch)
+
+    def batches_to_read(self, tokens: int) -> int:
+        """The fewest batches per rank, from epoch 0 on, whose windows hold at least `tokens`
+        stream tokens on all ranks together (`tokens_in`): what training must take of the
+        stream to read so much of the corpus, epoch boundaries, dropped tails and padding
+        counted as the iterator has them."""
+        epoch, before, read = 0, 0, 0  # batches and tokens of the epochs before `epoch`
+        while True:
+            batches = self._batches(epoch)
+            whole = self.tokens_in(epoch, batches)
+            if read + whole >= tokens:
+                break
+            epoch, before, read = epoch + 1, before + batches, read + whole
+        # the first batch count of this epoch that reaches it (tokens_in only grows with it)
+        return before + bisect.bisect_left(range(batches + 1), tokens,
+                                           key=lambda b: read + self.tokens_in(epoch, b))
 
     def _batches(self, epoch: int) -> int:
         batches = self.batches_in_epoch(epoch)
@@ -321,6 +365,20 @@ class PackedBatches:
                 f"than ctx={ctx} allows with split_documents=false; use split_documents=true or "
                 f"a larger ctx")
         return _pack(shard.lengths, ctx)
+
+    def _whole_window_ends(self, index: int) -> np.ndarray:
+        """Shard `index` packed whole: the stream tokens (documents and their EOS) from its start
+        to the end of each of its windows."""
+        shard = self._open(index)
+        last = np.array(self._whole_bounds(shard)[1:], dtype=np.int64) - 1  # each window's
+        return np.cumsum(shard.lengths + 1)[last]
+
+    def _whole_tokens(self, shards: list[int], windows: int) -> int:
+        """Stream tokens in the first `windows` whole-document windows of `shards`."""
+        if windows == 0:
+            return 0
+        i, offset = self._locate(shards, windows - 1)  # the last of them
+        return int(self._stream_lengths[shards[:i]].sum() + self._window_ends[shards[i]][offset])
 
     def _locate(self, shards: list[int], at: int) -> tuple[int, int]:
         """(position in `shards`, offset inside that shard) of extent unit `at`."""

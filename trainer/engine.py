@@ -34,6 +34,7 @@ from trainer.data import IGNORE_INDEX, DataOptions, PackedBatches
 from trainer.determinism import deterministic_kernels
 from trainer.distributed import Dist, setup
 from trainer.errors import Preempted, TrainError
+from trainer.exposures import documents_per_person, exposures_reached, steps_for
 from trainer.finetune import load_parent
 from trainer.host_memory import keep_freed_host_memory
 from trainer.lora import add_adapters
@@ -55,8 +56,9 @@ from trainer.schedule import lr_factor
 from trainer.tasks_along import TasksAlong
 from trainer.tracking import Tracker
 
-# the train keys the lr schedule is made of: a resume refuses a change in any (resume=auto)
-SCHEDULE_KEYS = ("max_steps", "warmup_steps", "lr", "min_lr_ratio")
+# the train keys the lr schedule is made of: a resume refuses a change in any (resume=auto);
+# with exposures, max_steps is the number of steps they give
+SCHEDULE_KEYS = ("exposures", "max_steps", "warmup_steps", "lr", "min_lr_ratio")
 
 # Dense bf16 peak FLOP/s per device, for MFU. CPU has no entry: MFU is reported as null there.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
@@ -142,6 +144,7 @@ class Trainer:
     on_step: Callable[[int, dict], None] | None
     stop: StopRequest
     along: TasksAlong | None = None  # eval tasks along training (train.tasks_every), rank 0
+    per_person: int | None = None  # train.exposures: each person's documents, R
 
 
 def train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
@@ -169,10 +172,13 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     # compiled on CPU only: there inductor's embedding backward is what varies between runs
     held.enter_context(deterministic_kernels(cfg.compile and world.device.type == "cpu"))
     manifest = _corpus_manifest(corpus_dir, experiment)
+    per_person = documents_per_person(manifest, corpus_dir) if cfg.exposures else None
     model_config = model_for_corpus(experiment.model, cfg, manifest)
     try:
         model_config.validate()
         data = PackedBatches(corpus_dir, data_options(cfg), world.rank, world.world_size)
+        if per_person:
+            cfg = _steps_from_exposures(cfg, data, per_person, corpus_dir, world)
     except (ValueError, CorpusError) as exc:
         raise TrainError(str(exc)) from None
     _claim_run_dir(run_dir, cfg.resume, world, held)
@@ -228,12 +234,28 @@ def _train(experiment: Experiment, run_dir: Path, corpus_dir: Path,
     along = (TasksAlong(state.engine.module, experiment.eval, corpus_dir, run_dir, world.device)
              if cfg.tasks_every and world.rank == 0 else None)
     metrics, stopped = _loop(Trainer(cfg, world, state, tracker, checkpoints, fixed, on_step,
-                                     stop, along))
+                                     stop, along, per_person))
     tracker.finish()
     if stopped:
         stop.done(state.step, stopped)
         raise Preempted(state.step, stopped, stop.file)
     return metrics
+
+
+def _steps_from_exposures(cfg: TrainConfig, data: PackedBatches, per_person: int,
+                          corpus_dir: Path, world: Dist) -> TrainConfig:
+    """`cfg` with the max_steps its train.exposures give on this corpus and number of ranks
+    (trainer/exposures.py), which the run then trains, schedules and checkpoints by."""
+    steps = steps_for(cfg.exposures, per_person, data, cfg.grad_accum)
+    if cfg.warmup_steps > steps:
+        raise TrainError(f"train.warmup_steps={cfg.warmup_steps}: must not exceed the {steps} "
+                         f"steps train.exposures={cfg.exposures} gives on {corpus_dir}: the run "
+                         "would end still warming up")
+    if world.rank == 0:
+        print(f"train  | train.exposures={cfg.exposures}: {steps} steps, to read the corpus's "
+              f"{data.tokens_per_epoch:,} tokens {cfg.exposures / per_person:g} times over "
+              f"({per_person} documents per person); train.max_steps is not used", flush=True)
+    return replace(cfg, max_steps=steps)
 
 
 def _corpus_manifest(corpus_dir: Path, experiment: Experiment) -> dict:
@@ -387,6 +409,8 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
                 "memory_gb": _memory_gb(world.device),
                 "tokens": done * tokens_per_step,
             }
+            if trainer.per_person:
+                metrics["exposures"] = exposures_reached(trainer.per_person, state.data)
             if cfg.eval_every and done % cfg.eval_every == 0:
                 metrics["eval_loss"] = _eval_loss(engine, trainer.fixed, cfg, world)
             trainer.tracker.log({**metrics, **along}, done)
