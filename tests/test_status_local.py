@@ -122,3 +122,22 @@ def test_status_of_results_nested_too_deep_or_a_damaged_config_is_one_line(tmp_p
         f"physlm status: error: {run_dir / 'config.yaml'}: damaged run config: while parsing a "
         "flow mapping in \"<unicode string>\", line 2, column 8 did not find expected ',' or '}' "
         "in \"<unicode string>\", line 3, column 1\n")
+
+
+def test_with_exposures_a_run_is_done_at_the_steps_its_checkpoints_say(tmp_path):
+    """train.exposures: the last step is what training worked out from the corpus (each
+    checkpoint's schedule), not train.max_steps."""
+    run_dir = trained_run(tmp_path / "run", logged=240, saved=None)
+    (run_dir / "config.yaml").write_text(
+        "name: quick\ncorpus_dir: corpora/x\ntrain: {max_steps: 600, exposures: 100}\n"
+        "eval: {tasks: [qa]}\n")
+    row, = statuses(run_dir)
+    assert (row.state, row.max_steps) == ("pending", 600)  # no checkpoint: not known yet
+    finish_run(run_dir, 240, evaluated=True)
+    meta = run_dir / "checkpoints" / "step-000240" / "meta.json"
+    meta.write_text(json.dumps({"step": 240, "schedule": {"exposures": 100, "max_steps": 240}}))
+    row, = statuses(run_dir)
+    assert (row.state, row.step, row.max_steps) == ("done", 240, 240)
+    meta.write_text(json.dumps({"step": 240, "schedule": {"exposures": 100, "max_steps": 300}}))
+    row, = statuses(run_dir)
+    assert (row.state, row.max_steps) == ("pending", 300)  # stopped before its last step
