@@ -1,0 +1,395 @@
+"""Knowledge capacity (Physics of LMs Part 3.3): how many bits of a bioD corpus the model provably
+stores, from its loss on every person's document, against the data's information content.
+
+A bioD corpus (corpus_gen/biod) draws N people with unique names from a name space of N0, and
+for each of K attributes a value of C chunks, each chunk one of the attribute's dictionary of D
+chunks of L tokens from an alphabet of T tokens. `biod.json` holds the parameters, the
+dictionaries and the information content
+
+    information_bits = name_bits + value_bits + dictionary_bits
+                     = log2 C(N0, N) + N K C log2 D + K log2 C(T^L, D).
+
+Each row of `eval/biod_people.jsonl` is a person's document (token ids, no <eos>) with the
+[start, stop) spans of the name and of each attribute's value. A document is read once,
+teacher-forced after a leading <eos> (as the trainer's packed stream has it), in batches without
+gradients. With CE_name(i) the summed cross-entropy (nats) of person i's name tokens and
+CE_val(i, k) that of attribute k's value (C L tokens):
+
+- name bits       = sum_i max(0, log2 N0 - CE_name(i) / ln 2)
+- value bits      = sum_(i,k) max(0, C log2 D - CE_val(i, k) / ln 2)
+- dictionary bits = sum_k sum_(d in dictionary k) max(0, L log2 T + log2 q_k(d)), where q_k(d)
+  is the mean over people of the model's probability of chunk d's L tokens (teacher-forced)
+  where the person's value for k begins; 0 when D >= T^L (every chunk is in the dictionary).
+  For L = 1 that is D entries of the softmax at one position per (person, attribute), read in
+  the same pass for every evaluated person; for L > 1 the D candidate chunks are scored after
+  the document's prefix for `dictionary_people` people, evenly spaced.
+
+`bits` is their sum, `bits_per_param` = bits / the model's non-embedding parameters and
+`bits_per_param_total` = bits / all of them (the paper's ~2 bits/param at 1000 exposures).
+
+Why lower bounds. A code that knew the model could send the data in about its cross-entropy,
+so the bits above (each term clipped at 0: a person the model does not know costs it nothing)
+are bits the model's weights must hold. They stop short of the information content by what no
+next-token predictor can have: before a document names its person the model cannot know which
+person it is, so a model that knows the whole population gives a name probability at best 1/N
+and scores N log2(N0/N) name bits: log2 C(N0, N) less the order of the names, which the data
+does not fix, at most N log2 e (about that when N << N0; (n/k)^k <= C(n, k) <= (e n/k)^k). A
+model that knows the dictionaries scores K D (L log2 T - log2 D) dictionary bits, K log2
+C(T^L, D) less at most K D log2 e, and one that also knows the people slightly less, by the
+sampling spread of q_k around 1/D (the mean of log2 q_k is at most log2 of its mean). `reachable`
+holds these (what a perfect predictor of the evaluated people scores, the dictionary term up to
+that spread) per term, and `share` the term's measured share of it; the paper's theorem is a
+lower bound of the same shape.
+
+Results: `bits`, `name_bits`, `value_bits`, `dictionary_bits`, `bits_per_param`,
+`bits_per_param_total`, `information_bits` (biod.json's), `stored_share` = bits /
+information_bits (over all N people: with `max_people` only the first people are evaluated),
+`name_ce` and `value_ce` (mean summed cross-entropy of a name and of a value, nats), `people`
+and `dictionary_people` evaluated, `parameters` and `parameters_total`, the `setting` (N0, N, K,
+C, D, L, T); `per_term` {name, value, dictionary: {information (biod.json's term), reachable,
+share}} and `per_attribute` {k: {value_bits, value_ce, dictionary_bits}}, breakdowns that
+`physlm report` keeps out of its headline table.
+"""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from corpus_gen.core.config import require
+from corpus_gen.core.io import read_json_file
+from corpus_gen.core.manifest import read_manifest
+from trainer.errors import TrainError
+from trainer.eval.eval_sets import read_eval_set, verified_corpus_file
+from trainer.eval.registry import EvalContext, Task, register
+
+TEST_SET = "biod_people"
+BIOD = "biod.json"
+NEEDS = "the capacity task needs a bioD corpus (bioS support comes later)"
+TERMS = ("name_bits", "value_bits", "dictionary_bits")
+_FIELDS = {"person": int, "tokens": list, "name_span": list, "value_spans": list,
+           "values": list}
+_CANDIDATE_ROWS = 16384  # L > 1: candidate sequences built at a time (bounds memory)
+
+
+@dataclass
+class CapacityOptions:
+    """The experiment's `eval.capacity` group: the first `max_people` people (0: all),
+    `batch_size` documents per forward pass, and for chunks of L > 1 tokens the people the
+    dictionary term is measured on (`dictionary_people`; 0: all evaluated)."""
+
+    max_people: int = 0
+    batch_size: int = 64
+    dictionary_people: int = 256
+
+    def validate(self) -> None:
+        require(self.max_people >= 0, "max_people", self.max_people, "must be >= 0 (0: all)")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        require(self.dictionary_people >= 0, "dictionary_people", self.dictionary_people,
+                "must be >= 0 (0: all evaluated people)")
+
+
+@dataclass(frozen=True)
+class Biod:
+    """What evaluation reads of `biod.json`."""
+
+    name_space: int  # N0
+    people: int  # N
+    chunks: int  # C
+    chunk_len: int  # L
+    alphabet: int  # T
+    dictionaries: np.ndarray  # (K, D, L) token ids
+    information: dict[str, float]  # TERMS and information_bits
+
+    @property
+    def attributes(self) -> int:
+        return self.dictionaries.shape[0]
+
+    @property
+    def dictionary_size(self) -> int:
+        return self.dictionaries.shape[1]
+
+
+def read_biod(corpus_dir: Path) -> Biod:
+    """The corpus's `biod.json`, verified; a TrainError naming the corpus when it is no bioD
+    corpus, naming the file when a key is missing or misshapen."""
+    family = read_manifest(corpus_dir).get("family")
+    if family != "biod":
+        raise TrainError(f"{corpus_dir}: a {family or 'family-less'} corpus; {NEEDS}")
+    path = verified_corpus_file(corpus_dir, corpus_dir / BIOD, NEEDS)
+    data = read_json_file(path, TrainError)
+    try:
+        biod = Biod(int(data["N0"]), int(data["people"]), int(data["chunks"]),
+                    int(data["chunk_len"]), int(data["alphabet"]),
+                    np.asarray(data["dictionaries"], dtype=np.int64),
+                    {key: float(data[key]) for key in (*TERMS, "information_bits")})
+        shape = (int(data["attributes"]), int(data["dictionary"]), biod.chunk_len)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TrainError(f"{path}: damaged ({exc!r}); {NEEDS}") from None
+    if biod.dictionaries.shape != shape or min(shape) < 1 or biod.chunks < 1 or not (
+            0 < biod.people <= biod.name_space):
+        raise TrainError(f"{path}: dictionaries are not K x D x L = {shape}, or the setting "
+                         f"is empty; {NEEDS}")
+    return biod
+
+
+@dataclass(frozen=True)
+class People:
+    """The evaluated people's documents, padded with <eos>, and their spans."""
+
+    tokens: np.ndarray  # (P, W)
+    lengths: np.ndarray  # (P,)
+    names: np.ndarray  # (P, 2): [start, stop)
+    values: np.ndarray  # (P, K, 2): [start, stop) of each attribute's value
+
+
+def load_people(context: EvalContext, biod: Biod, max_people: int) -> People:
+    """The first `max_people` rows (0: all) of the eval set, verified: in person order, token
+    ids of the vocabulary, spans inside the document, each value's tokens its chunks from the
+    attribute's dictionary; a TrainError naming the row that is not."""
+    rows = []
+    for row in read_eval_set(context.corpus_dir, TEST_SET, _FIELDS, NEEDS):
+        rows.append(row)
+        if len(rows) == max_people:
+            break
+    if not rows:
+        raise TrainError(f"{context.corpus_dir}: {TEST_SET} has no rows")
+    lengths = np.array([len(row["tokens"]) for row in rows])
+    tokens = np.full((len(rows), lengths.max()), context.tokenizer.eos_id, dtype=np.int64)
+    try:
+        for i, row in enumerate(rows):
+            tokens[i, : lengths[i]] = row["tokens"]
+        names = np.array([row["name_span"] for row in rows], dtype=np.int64).reshape(len(rows), 2)
+        values = np.array([row["value_spans"] for row in rows], dtype=np.int64).reshape(
+            len(rows), biod.attributes, 2)
+        chunks = np.array([row["values"] for row in rows], dtype=np.int64).reshape(
+            len(rows), biod.attributes, biod.chunks)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TrainError(f"{TEST_SET}: a row's tokens, spans or values are not integers of "
+                         f"biod.json's K x C ({exc}); {NEEDS}") from None
+    vocab_size = context.tokenizer.vocab_size
+    if not ((biod.dictionaries >= 0) & (biod.dictionaries < vocab_size)).all():
+        raise TrainError(f"{BIOD}: a dictionary chunk holds a token id outside the vocabulary's "
+                         f"{vocab_size}; {NEEDS}")
+    _check_rows(rows, tokens, lengths, names, values, chunks, biod, vocab_size)
+    return People(tokens, lengths, names, values)
+
+
+def _check_rows(rows: list[dict], tokens: np.ndarray, lengths: np.ndarray, names: np.ndarray,
+                values: np.ndarray, chunks: np.ndarray, biod: Biod, vocab_size: int) -> None:
+    """A TrainError naming the first row that breaks the eval set's contract."""
+    width = biod.chunks * biod.chunk_len
+    dictionary = biod.dictionaries[np.arange(biod.attributes)[:, None], chunks.clip(
+        0, biod.dictionary_size - 1)]  # (P, K, C, L): the tokens each value should have
+    at = values[..., :1] + np.arange(width)  # (P, K, C L)
+    written = np.take_along_axis(tokens[:, None], at.clip(0, tokens.shape[1] - 1), 2)
+    bad = ((np.array([row["person"] for row in rows]) != np.arange(len(rows)))
+           | (lengths == 0) | (tokens < 0).any(1) | (tokens >= vocab_size).any(1)
+           | (names[:, 0] < 0) | (names[:, 0] >= names[:, 1]) | (names[:, 1] > lengths)
+           | (values[..., 1] - values[..., 0] != width).any(1) | (values[..., 0] < 0).any(1)
+           | (values[..., 1] > lengths[:, None]).any(1)
+           | ((chunks < 0) | (chunks >= biod.dictionary_size)).any((1, 2))
+           | (written != dictionary.reshape(*at.shape)).any((1, 2)))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TrainError(f"{TEST_SET} row {i}: needs person {i}, token ids below {vocab_size}, "
+                         f"a name span and K = {biod.attributes} value spans of C L = {width} "
+                         f"tokens inside the document, each holding its values' chunks from "
+                         f"biod.json's dictionaries; {NEEDS}")
+
+
+def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndarray,
+                      batch_size: int, at: np.ndarray | None = None,
+                      candidates: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The model's log-probability (P, W) of every token of each document (rows of `tokens`,
+    `lengths` long; 0 past them), teacher-forced after a leading <eos>. Documents are batched
+    in order of length, so a batch's lengths are equal or nearly (a shorter one runs on into
+    tokens no earlier position attends to): one forward pass each, the scores gathered by index.
+    With `at` (P, K) positions and `candidates` (K, D) token ids, also the probabilities of
+    candidate d of k at position at[p, k], summed over the documents: (K, D)."""
+    import torch
+
+    model = context.model
+    limit = model.positional.max_positions
+    if limit is not None and lengths.max() > limit:
+        raise TrainError(f"the model's {limit} positions cannot hold the {lengths.max()}-token "
+                         "documents")
+    eos = torch.full((1, 1), context.tokenizer.eos_id, device=context.device)
+    out = np.zeros(tokens.shape)
+    if candidates is not None:
+        mass = torch.zeros(candidates.shape, dtype=torch.float64)
+        candidates_on = torch.from_numpy(candidates).to(context.device)  # [K, D]
+    order = np.argsort(lengths, kind="stable")
+    training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for lo in range(0, len(order), batch_size):
+                rows = order[lo : lo + batch_size]
+                width = int(lengths[rows].max())
+                target = torch.from_numpy(tokens[rows, :width]).to(context.device)
+                logits = model(torch.cat([eos.expand(len(rows), 1), target[:, :-1]], 1))
+                norm = logits.logsumexp(-1)  # [b, width]
+                out[rows, :width] = (logits.gather(-1, target[..., None])[..., 0] - norm
+                                     ).double().cpu().numpy()
+                if candidates is not None:
+                    b = torch.arange(len(rows), device=context.device)[:, None]
+                    where = torch.from_numpy(at[rows]).to(context.device)  # [b, K]
+                    picked = logits[b, where].gather(
+                        -1, candidates_on[None].expand(len(rows), -1, -1))  # [b, K, D]
+                    mass += (picked - norm[b, where][..., None]).double().exp().sum(0).cpu()
+    finally:
+        model.train(training)
+    out[np.arange(tokens.shape[1]) >= lengths[:, None]] = 0.0
+    return out, None if candidates is None else mass.numpy()
+
+
+def span_sums(logprobs: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Summed log-probabilities over [start, stop) spans (..., 2) of each document's row."""
+    cumulative = np.concatenate([np.zeros((len(logprobs), 1)), logprobs.cumsum(1)], 1)
+    flat = spans.reshape(len(spans), -1)
+    sums = np.take_along_axis(cumulative, flat, 1)
+    return (sums[:, 1::2] - sums[:, ::2]).reshape(spans.shape[:-1])
+
+
+def chunk_mass(context: EvalContext, people: People, biod: Biod, sample: np.ndarray,
+               batch_size: int) -> np.ndarray:
+    """(K, D): over the `sample` people, the summed probability of each of attribute k's D
+    chunks (its L tokens, teacher-forced) right after the document's prefix up to the person's
+    value for k. Built in blocks of candidate sequences, each a prefix and one chunk."""
+    size, chunk_len = biod.dictionary_size, biod.chunk_len
+    mass = np.zeros((biod.attributes, size))
+    step = max(1, _CANDIDATE_ROWS // size)
+    for k in range(biod.attributes):
+        for lo in range(0, len(sample), step):
+            who = sample[lo : lo + step]
+            start = np.repeat(people.values[who, k, 0], size)  # (b D,)
+            tokens = np.repeat(people.tokens[who, : start.max() + chunk_len], size, 0)
+            at = start[:, None] + np.arange(chunk_len)
+            np.put_along_axis(tokens, at, np.tile(biod.dictionaries[k], (len(who), 1)), 1)
+            logprobs, _ = document_logprobs(context, tokens, start + chunk_len, batch_size)
+            chunk = np.take_along_axis(logprobs, at, 1).sum(1)
+            mass[k] += np.exp(chunk).reshape(len(who), size).sum(0)
+    return mass
+
+
+def reachable_bits(biod: Biod, people: int) -> dict[str, float]:
+    """What a perfect next-token predictor scores on `people` of the N people: each name at best
+    1/N, each value exactly, the dictionaries' chunks at 1/D each (up to q_k's spread)."""
+    dictionary = biod.chunk_len * math.log2(biod.alphabet) - math.log2(biod.dictionary_size)
+    return {"name_bits": people * math.log2(biod.name_space / biod.people),
+            "value_bits": people * biod.attributes * biod.chunks * math.log2(
+                biod.dictionary_size),
+            "dictionary_bits": biod.attributes * biod.dictionary_size * max(0.0, dictionary)}
+
+
+def dictionary_bits(mass: np.ndarray, people: int, biod: Biod) -> np.ndarray:
+    """(K,): sum_d max(0, L log2 T + log2 q_k(d)), q_k = mass / people; 0 when D >= T^L."""
+    free = biod.chunk_len * math.log2(biod.alphabet)
+    if free <= math.log2(biod.dictionary_size):
+        return np.zeros(len(mass))
+    with np.errstate(divide="ignore"):  # a chunk the model never gives: log2 0, clipped to 0
+        return np.maximum(0.0, free + np.log2(mass / people)).sum(1)
+
+
+def _share(bits: float, whole: float) -> float | None:
+    """bits / whole; None (no data) where there is nothing to store."""
+    return bits / whole if whole > 0 else None
+
+
+def run(context: EvalContext, options: CapacityOptions) -> dict:
+    biod = read_biod(context.corpus_dir)
+    people = load_people(context, biod, options.max_people)
+    count = len(people.lengths)
+    single = biod.chunk_len == 1
+    logprobs, mass = document_logprobs(
+        context, people.tokens, people.lengths, options.batch_size,
+        people.values[..., 0] if single else None,
+        biod.dictionaries[..., 0] if single else None)
+    sample = np.arange(count)
+    if not single:
+        wanted = min(count, options.dictionary_people or count)
+        sample = np.unique(np.linspace(0, count - 1, wanted).round().astype(np.int64))
+        mass = chunk_mass(context, people, biod, sample, options.batch_size)
+    name_ce = -span_sums(logprobs, people.names[:, None])[:, 0]  # (P,)
+    value_ce = -span_sums(logprobs, people.values)  # (P, K)
+    value = np.maximum(0.0, biod.chunks * math.log2(biod.dictionary_size)
+                       - value_ce / math.log(2))  # (P, K)
+    per_dictionary = dictionary_bits(mass, len(sample), biod)
+    terms = {"name_bits": float(np.maximum(0.0, math.log2(biod.name_space)
+                                           - name_ce / math.log(2)).sum()),
+             "value_bits": float(value.sum()), "dictionary_bits": float(per_dictionary.sum())}
+    bits = sum(terms.values())
+    reachable = reachable_bits(biod, count)
+    information = biod.information
+    parameters = context.model.num_parameters(non_embedding=True)
+    parameters_total = context.model.num_parameters(non_embedding=False)
+    return {
+        "bits": bits, **terms,
+        "bits_per_param": bits / parameters, "bits_per_param_total": bits / parameters_total,
+        "information_bits": information["information_bits"],
+        "stored_share": _share(bits, information["information_bits"]),
+        "name_ce": float(name_ce.mean()), "value_ce": float(value_ce.mean()),
+        "people": count, "dictionary_people": len(sample),
+        "parameters": parameters, "parameters_total": parameters_total,
+        "setting": {"N0": biod.name_space, "N": biod.people, "K": biod.attributes,
+                    "C": biod.chunks, "D": biod.dictionary_size, "L": biod.chunk_len,
+                    "T": biod.alphabet},
+        "per_term": {key.removesuffix("_bits"): {
+            "information": information[key], "reachable": reachable[key],
+            "share": _share(terms[key], reachable[key])} for key in TERMS},
+        "per_attribute": {str(k): {"value_bits": float(value[:, k].sum()),
+                                   "value_ce": float(value_ce[:, k].mean()),
+                                   "dictionary_bits": float(per_dictionary[k])}
+                          for k in range(biod.attributes)},
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    """Left: each term's bits against what a perfect predictor reaches and the information
+    content (log scale). Right: the model's bits against its parameters, with the 1 and 2
+    bits/param lines."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 3.8))
+    left, right = fig.subplots(1, 2)
+    per = results["per_term"]
+    labels = [*per, "total"]
+    bars = {"stored": [*(results[f"{term}_bits"] for term in per), results["bits"]],
+            "perfect predictor": [*(per[term]["reachable"] for term in per),
+                                  sum(entry["reachable"] for entry in per.values())],
+            "information content": [*(per[term]["information"] for term in per),
+                                    results["information_bits"]]}
+    x = np.arange(len(labels))
+    for i, (name, heights) in enumerate(bars.items()):
+        left.bar(x + (i - 1) * 0.27, heights, 0.27, label=name,
+                 color=("tab:blue", "tab:orange", "tab:gray")[i])
+    left.set_xticks(x, labels)
+    left.set_yscale("symlog", linthresh=1.0)
+    left.set_ylim(0, 30 * max(1.0, *bars["information content"]))  # room for the legend
+    left.set_ylabel("bits")
+    run = f"{results['run']}, " if results.get("run") else ""
+    left.set_title(f"Capacity ({run}step {results.get('step', '?')}): "
+                   f"{results['stored_share'] or 0.0:.1%} of the information", fontsize=10)
+    parameters = results["parameters"]
+    span = np.array([parameters / 10, parameters * 10])  # two decades: labels at each
+    for rate, style in ((1, ":"), (2, "--")):
+        right.plot(span, rate * span, color="gray", linestyle=style, linewidth=1,
+                   label=f"{rate} bit/param")
+    right.scatter([parameters], [max(results["bits"], 1.0)], color="tab:blue", zorder=3,
+                  label=f"model ({results['bits_per_param']:.3f} bits/param)")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("non-embedding parameters")
+    right.set_ylabel("bits stored")
+    left.legend(fontsize=8, ncol=3, loc="upper center")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(alpha=0.3, axis="y" if ax is left else "both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+register(Task("capacity", CapacityOptions, run, plot))
