@@ -17,6 +17,7 @@ SHIPPED = sorted((ROOT / "configs" / "experiment").glob("*.yaml")) + sorted(
 
 MIX_SINGLE, FT_SINGLE, FT_MULTI = 0.866, 0.097, 0.96
 EXACT, INVERSE = "qa/test/exact", "reversal/test/inverse_full_name"
+BITS = "capacity/bits_per_param"
 # (file, run) -> the paper numbers beside its metrics; every run not listed shows none
 EXPECTED = {
     ("p31_bios_s_single_mix", "p31_bios_s_single_mix"): {EXACT: MIX_SINGLE},
@@ -33,6 +34,18 @@ EXPECTED = {
     ("igsm_depth_width_paper", "shape-L12_d768"): {"igsm/igsm_op23/solution": 0.78},
     ("bios_single_vs_multi", "data-single.seed-0"): {EXACT: MIX_SINGLE},
     ("bios_single_vs_multi", "data-single.seed-1"): {EXACT: MIX_SINGLE},
+    # Part 3.3: bits per parameter by exposures, MLP and junk
+    ("p33_capacity", "p33_capacity"): {BITS: 1.0},
+    **{("p33_capacity", f"width-d{d}.exposures-100.seed-0"): {BITS: 1.0}
+       for d in (32, 64, 96, 128)},
+    ("p33_capacity_paper", "p33_capacity_paper"): {BITS: 2.0},
+    **{("p33_capacity_paper", f"model-{m}.exposures-{e}.seed-0"): {BITS: v}
+       for m in ("gpt2_1_4", "gpt2_2_4", "gpt2_4_4", "gpt2_4_8", "gpt2_8_8")
+       for e, v in ((100, 1.0), (1000, 2.0))},
+    **{("p33_gated_vs_plain_paper", f"model-{m}.mlp-{mlp}.seed-0"): {BITS: v}
+       for m in ("gpt2_2_4", "gpt2_4_8") for mlp, v in (("plain", 1.0), ("gated", 0.77))},
+    **{("p33_junk_paper", f"data-{data}.seed-0"): {BITS: v}
+       for data, v in (("clean", 1.0), ("junk", 0.05), ("junk_domain", 0.5))},
 }
 
 
