@@ -27,6 +27,9 @@ it never stops the report. `<out>` then holds, written whole or not at all:
   `chance` above the metric in its result (one line where every run's is the same, else one per
   series or bar); the chances themselves are not plotted. "no data" marks a point whose runs
   measured nothing.
+- `plots/<task>-runs.png`: a task's own figure across the runs, where the task draws one
+  (`Task.plot_runs`; capacity: bits against parameters with the 1 and 2 bits/param lines), its
+  series the non-seed axes after the first.
 - `runs/`: `physlm report` of the readable runs (paper numbers, counts, loss curves, eval plots).
 """
 
@@ -54,6 +57,8 @@ from launch.sweep import SEED_AXIS
 from trainer.errors import TrainError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -340,6 +345,31 @@ def _bars(ax: "Axes", lines: dict[str, list[Point]], order: list[Scalar],
     ax.set_xlim(-0.5, len(order) - 0.5)  # a group without bars ("no data") keeps its place
 
 
+def task_plots(sweep: SweepResults) -> dict[str, "Callable[[Path], None]"]:
+    """Each evaluated task's own figure across the runs (`Task.plot_runs`, where it has one),
+    by file name: the runs' results (the task's metrics, prefix dropped) grouped into series by
+    the non-seed axes after the first, as `series` groups them."""
+    from trainer.eval.registry import tasks
+
+    others = sweep.varied[1:]
+    drawn = {}
+    for name, task in tasks().items():
+        if task.plot_runs is None:
+            continue
+        grouped: dict[str, list[dict]] = {}
+        for run in sweep.runs:
+            if run.name in sweep.read and name in sweep.read[run.name].evaluated:
+                found = {metric.removeprefix(f"{name}/"): value
+                         for metric, value in sweep.read[run.name].metrics.items()
+                         if metric.startswith(f"{name}/")}
+                label = ", ".join(f"{axis}={_text(run.axes[axis])}" for axis in others)
+                grouped.setdefault(label, []).append(found)
+        if grouped:
+            drawn[f"plots/{name}-runs.png"] = (
+                lambda path, plot=task.plot_runs, grouped=grouped: plot(grouped, path))
+    return drawn
+
+
 def plot_name(metric: str) -> str:
     return f"plots/{metric.replace('/', '-')}.png"
 
@@ -383,6 +413,7 @@ def sweep_report(root: Path, out: Path) -> str:
     metrics = headline_metrics(sweep)
     plotted = most_common(sweep, [m for m in metrics if not is_chance(m)]) \
         if sweep.varied else []
+    across = task_plots(sweep)
     seeds = seeds_table(sweep, metrics)
     readable = [run.run_dir for run in sweep.runs if run.name in sweep.read]
     evaluated = sum(bool(run.evaluated) for run in sweep.read.values())
@@ -396,8 +427,9 @@ def sweep_report(root: Path, out: Path) -> str:
         *(["## Seeds averaged", f"{_seeds_note(sweep)}; n: runs read, (n=k) where fewer have "
            f"the metric.\n\n{seeds}"] if seeds else []),
         _not_reported(sweep),
-        *(["## Plots", "\n\n".join(f"![{m}]({plot_name(m)})" for m in plotted)]
-          if plotted else [])] if part) + "\n"
+        *(["## Plots", "\n\n".join([*(f"![{name}]({name})" for name in across),
+                                     *(f"![{m}]({plot_name(m)})" for m in plotted)])]
+          if plotted or across else [])] if part) + "\n"
 
     def fill(directory: Path) -> None:
         (directory / "sweep.md").write_text(markdown)
@@ -405,6 +437,8 @@ def sweep_report(root: Path, out: Path) -> str:
         (directory / "plots").mkdir()
         for metric in plotted:
             metric_figure(sweep, metric).savefig(directory / plot_name(metric), dpi=120)
+        for name, draw in across.items():
+            draw(directory / name)
         if readable:
             report(readable, directory / "runs")
 

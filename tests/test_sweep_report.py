@@ -294,3 +294,34 @@ def test_a_suite_run_that_evaluates_nothing_is_not_listed_as_unreported(tmp_path
     markdown = sweep_report(root, tmp_path / "out")
     missing = markdown.split("## Not reported\n\n")[1].split("\n\n")[0].splitlines()
     assert missing == ["- run-finetune: no evaluation results yet (eval/ holds none)"]
+
+
+def test_a_task_with_a_figure_across_runs_gets_it_series_by_the_other_axes(tmp_path,
+                                                                          monkeypatch):
+    """Task.plot_runs (capacity: bits against parameters) is drawn once for the sweep, fed each
+    run's results of that task grouped by the non-seed axes after the first."""
+    from trainer.eval import capacity
+    from trainer.eval.registry import Task
+
+    root = make_sweep(tmp_path / "sw", ["width", "train.exposures", "seed"],
+                      [({"width": w, "train.exposures": e, "seed": 0}, 0.5)
+                       for w in (32, 64) for e in (100, 300)])
+    for run in json.loads((root / "plan.json").read_text())["runs"]:
+        width, exposures = run["axes"]["width"], run["axes"]["train.exposures"]
+        (root / run["dir"] / "eval" / "capacity.json").write_text(json.dumps(
+            {"step": 60, "bits": width * exposures, "parameters": width * 1000,
+             "information_bits": 1e6, "bits_per_param": exposures / 1000}))
+    seen = {}
+
+    def spy(series, path):
+        seen.update(series)
+        capacity.plot_runs(series, path)
+
+    task = Task("capacity", capacity.CapacityOptions, capacity.run, capacity.plot, spy)
+    monkeypatch.setattr("trainer.eval.registry.tasks", lambda: {"capacity": task})
+    markdown = sweep_report(root, tmp_path / "out")
+    assert (tmp_path / "out" / "plots" / "capacity-runs.png").read_bytes().startswith(PNG)
+    assert "![plots/capacity-runs.png](plots/capacity-runs.png)" in markdown
+    assert sorted(seen) == ["train.exposures=100", "train.exposures=300"]
+    assert sorted(run["parameters"] for run in seen["train.exposures=300"]) == [32000, 64000]
+    assert sorted(run["bits"] for run in seen["train.exposures=100"]) == [3200, 6400]

@@ -392,4 +392,36 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-register(Task("capacity", CapacityOptions, run, plot))
+def plot_runs(series: dict[str, list[dict]], path: Path) -> None:
+    """A sweep's runs: bits stored against non-embedding parameters (log-log), one line per
+    series (the sweep's axes but the first, exposures say), with the 1 and 2 bits/param lines
+    and the data's information content."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.subplots()
+    points = [run for runs in series.values() for run in runs]
+    sizes = [run["parameters"] for run in points]
+    span = np.array([min(sizes) / 2, max(sizes) * 2])
+    for rate, style in ((1, ":"), (2, "--")):
+        ax.plot(span, rate * span, color="gray", linestyle=style, linewidth=1,
+                label=f"{rate} bit/param")
+    for information in sorted({run["information_bits"] for run in points}):
+        ax.axhline(information, color="black", linewidth=0.8,
+                   label=f"information content ({information:,.0f} bits)")
+    for label, runs in series.items():
+        runs = sorted(runs, key=lambda run: run["parameters"])
+        ax.plot([run["parameters"] for run in runs], [max(run["bits"], 1.0) for run in runs],
+                marker="o", label=label or "runs")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("non-embedding parameters")
+    ax.set_ylabel("bits stored")
+    ax.set_title("Capacity: bits against parameters", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+register(Task("capacity", CapacityOptions, run, plot, plot_runs))

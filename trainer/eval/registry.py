@@ -1,7 +1,8 @@
 """Evaluation tasks plug in here by name; each is one module of trainer/eval.
 
 A task is its options (a dataclass with `validate()`, the experiment's `eval.<task>` group), a
-function `(context, options) -> results dict`, and optionally a plot; the runner writes the
+function `(context, options) -> results dict`, and optionally a plot (and one across a sweep's
+runs, which `physlm report` draws on a plan's root); the runner writes the
 results to `<run>/eval/<task>.json`, logs them, and draws the plot. The experiment's `eval`
 schema is assembled from the registered tasks (`eval_schema`), so a new task module is all it
 takes. Modules of this package that call `register` are found automatically.
@@ -55,6 +56,9 @@ class Task:
     options: type  # a dataclass with validate(): the experiment's eval.<name> group
     run: Callable[[EvalContext, Any], dict]
     plot: Callable[[dict, Path], None] | None = None
+    # a figure across the runs of a sweep (`physlm report ROOT`): {series label: each run's
+    # results, flat as the report reads them (`bits`, `parameters`, ...)} -> the PNG at path
+    plot_runs: Callable[[dict[str, list[dict]], Path], None] | None = None
 
 
 _TASKS: dict[str, Task] = {}
