@@ -37,7 +37,7 @@ EXPECTED = {
     # Part 3.3: bits per parameter by exposures, MLP and junk
     ("p33_capacity", "p33_capacity"): {BITS: 1.0},
     **{("p33_capacity", f"width-d{d}.exposures-100.seed-0"): {BITS: 1.0}
-       for d in (32, 64, 96, 128)},
+       for d in (32, 64, 128)},
     ("p33_capacity_paper", "p33_capacity_paper"): {BITS: 2.0},
     **{("p33_capacity_paper", f"model-{m}.exposures-{e}.seed-0"): {BITS: v}
        for m in ("gpt2_1_4", "gpt2_2_4", "gpt2_4_4", "gpt2_4_8", "gpt2_8_8")
