@@ -82,3 +82,11 @@ def chi_square_p(observed: np.ndarray, law: np.ndarray) -> float:
     keep = means > 0
     statistic = ((counts[keep] - means[keep]) ** 2 / means[keep]).sum()
     return float(chi2.sf(statistic, keep.sum() - 1))
+
+
+FIVE_SIGMA = 5.733e-7  # two-sided tail of 5 sigma: the chi-square tests' level
+
+
+def assert_law(counts: np.ndarray, law: np.ndarray) -> None:
+    """Counts drawn from the law, by chi-square at the 5 sigma level."""
+    assert chi_square_p(counts, law) > FIVE_SIGMA, (counts, law)

@@ -17,20 +17,13 @@ from corpus_gen.markov import chains, family, references
 from launch.cli import main
 from tests.integer_task_corpus import (
     assert_independent_of_workers_and_shard_size,
-    chi_square_p,
+    assert_law,
     eval_rows,
     family_config,
     training_records,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-FIVE_SIGMA = 5.733e-7  # two-sided tail of 5 sigma: the chi-square tests' level
-
-
-def assert_law(counts: np.ndarray, law: np.ndarray) -> None:
-    assert chi_square_p(counts, law) > FIVE_SIGMA, (counts, law)
-
-
 def _config(*overrides: str):
     return family_config("markov", *overrides)
 
