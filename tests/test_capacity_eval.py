@@ -88,6 +88,13 @@ class Setting:
         return np.array([[values[0] for values in row["values"]] for row in self.rows])
 
 
+def own_document(context: list[int]) -> list[int]:
+    """The tokens of the document the next token belongs to: those after the context's last
+    <eos> (id 0), which ends the document before it; none when the context ends with one."""
+    ends = [i for i, token in enumerate(context) if token == 0]
+    return context[ends[-1] + 1:] if ends else context
+
+
 class PopulationModel(PlantedLM):
     """Knows the people in `known`: their names with the law `name_law` (name -> probability,
     asked token by token as conditionals) and their values exactly; of the others it knows only
@@ -102,7 +109,7 @@ class PopulationModel(PlantedLM):
         return 100 if non_embedding else 150
 
     def next_logits(self, context: list[int], out: torch.Tensor) -> None:
-        prefix = context[1:]  # after the leading <eos>
+        prefix = own_document(context)
         out.fill_(-math.inf)
         if len(prefix) < 2:
             for name, p in self.name_law.items():
@@ -112,6 +119,9 @@ class PopulationModel(PlantedLM):
             return
         row = self.by_name[tuple(prefix[:2])]
         t = len(prefix)
+        if t >= len(row["tokens"]):  # the document is over: its <eos>
+            out[0] = 0.0
+            return
         k = next((k for k, (lo, hi) in enumerate(row["value_spans"]) if lo <= t < hi), None)
         if row["person"] in self.known or k is None:
             out[row["tokens"][t]] = 0.0
@@ -334,7 +344,7 @@ class TrieModel(PlantedLM):
         return 1000
 
     def next_logits(self, context: list[int], out: torch.Tensor) -> None:
-        prefix = context[1:]
+        prefix = own_document(context)
         going_on = [d[len(prefix)] for d in self.documents
                     if len(d) > len(prefix) and d[: len(prefix)] == prefix]
         if going_on:
@@ -453,3 +463,26 @@ def test_physlm_eval_of_a_bios_run_is_refused_in_one_line(train_corpus, tmp_path
         f"physlm eval: error: {train_corpus}: a bios corpus; the capacity task needs a bioD "
         "corpus (bioS support comes later)\n")
     assert not (tmp_path / "run" / "eval" / "capacity.json").exists()
+
+
+def test_each_token_is_scored_as_the_trainer_packs_it(tmp_path):
+    """document_logprobs gives each token the log-probability it gets in a training window of
+    the same documents: attention within each document (doc ids), positions restarting at its
+    first token, and a document's first token predicted at the <eos> ending the one before."""
+    from types import SimpleNamespace
+
+    from trainer.model import GPT, ModelConfig
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, d_model=16, vocab_size=12, ctx=32)).eval()
+    a, b = [3, 5, 7, 2, 9, 4], [6, 1, 8, 8, 3, 11]
+    context = EvalContext(model, SimpleNamespace(eos_id=0), tmp_path, tmp_path,
+                          torch.device("cpu"))
+    got, _ = capacity.document_logprobs(context, np.array([a, b]), np.array([6, 6]), 2)
+    window = torch.tensor([a + [0] + b + [0]])  # as the trainer packs them, each with its EOS
+    with torch.no_grad():
+        logp = model(window, position_ids=torch.tensor([list(range(7)) * 2]),
+                     doc_ids=torch.tensor([[0] * 7 + [1] * 7])).log_softmax(-1)[0]
+    trained = logp[torch.arange(13), window[0, 1:]]  # position p predicts token p + 1
+    assert np.allclose(got[1], trained[6:12].numpy(), atol=1e-5)  # b: from a's <eos> on
+    assert np.allclose(got[0, 1:], trained[:5].numpy(), atol=1e-5)  # a after its first token

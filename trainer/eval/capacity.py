@@ -11,9 +11,10 @@ dictionaries and the information content
 
 Each row of `eval/biod_people.jsonl` is a person's document (token ids, no <eos>) with the
 [start, stop) spans of the name and of each attribute's value. A document is read once,
-teacher-forced after a leading <eos> (as the trainer's packed stream has it), in batches without
-gradients. With CE_name(i) the summed cross-entropy (nats) of person i's name tokens and
-CE_val(i, k) that of attribute k's value (C L tokens):
+teacher-forced as training reads it (attention within the document, positions from its first
+token, the first token predicted at the previous document's <eos>: `document_logprobs`), in
+batches without gradients. With CE_name(i) the summed cross-entropy (nats) of person i's name
+tokens and CE_val(i, k) that of attribute k's value (C L tokens):
 
 - name bits       = sum_i max(0, log2 N0 - CE_name(i) / ln 2)
 - value bits      = sum_(i,k) max(0, C log2 D - CE_val(i, k) / ln 2)
@@ -204,18 +205,23 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
                       candidates: np.ndarray | None = None
                       ) -> tuple[np.ndarray, np.ndarray | None]:
     """The model's log-probability (P, W) of every token of each document (rows of `tokens`,
-    `lengths` long; 0 past them), teacher-forced after a leading <eos>. Documents are batched
-    in order of length, so a batch's lengths are equal or nearly (a shorter one runs on into
-    tokens no earlier position attends to): one forward pass each, the scores gathered by index.
-    With `at` (P, K) positions and `candidates` (K, D) token ids, also the probabilities of
-    candidate d of k at position at[p, k], summed over the documents: (K, D)."""
+    `lengths` long; 0 past them), read as training reads it: the trainer confines attention to
+    each document (train.doc_mask) with positions restarting at its first token, and a document's
+    first token is predicted at the end of the one before it, its <eos>. So each document runs
+    alone followed by its <eos>; token j > 0 is scored at position j - 1, and the first token at
+    the <eos> of the document before it in the batch (the batch's last one for its first: any
+    other person's document, as in the shuffled stream). Documents are batched in order of
+    length (a shorter one runs on into <eos> padding no earlier position attends to): one
+    forward pass each, the scores gathered by index. With `at` (P, K) positions (>= 1) and
+    `candidates` (K, D) token ids, also the probabilities of candidate d of k at position
+    at[p, k], summed over the documents: (K, D)."""
     import torch
 
     model = context.model
     limit = model.positional.max_positions
-    if limit is not None and lengths.max() > limit:
+    if limit is not None and lengths.max() + 1 > limit:
         raise TrainError(f"the model's {limit} positions cannot hold the {lengths.max()}-token "
-                         "documents")
+                         "documents and their <eos>")
     eos = torch.full((1, 1), context.tokenizer.eos_id, device=context.device)
     out = np.zeros(tokens.shape)
     if candidates is not None:
@@ -230,16 +236,20 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
                 rows = order[lo : lo + batch_size]
                 width = int(lengths[rows].max())
                 target = torch.from_numpy(tokens[rows, :width]).to(context.device)
-                logits = model(torch.cat([eos.expand(len(rows), 1), target[:, :-1]], 1))
-                norm = logits.logsumexp(-1)  # [b, width]
-                out[rows, :width] = (logits.gather(-1, target[..., None])[..., 0] - norm
-                                     ).double().cpu().numpy()
+                logits = model(torch.cat([target, eos.expand(len(rows), 1)], 1))  # [b, w+1, V]
+                logp = logits.log_softmax(-1)
+                b = torch.arange(len(rows), device=context.device)
+                scores = torch.empty(target.shape, dtype=logp.dtype, device=context.device)
+                scores[:, 1:] = logp[:, : width - 1].gather(-1, target[:, 1:, None])[..., 0]
+                before = b.roll(1)  # each row's first token after the previous row's <eos>
+                ends = torch.from_numpy(lengths[rows]).to(context.device)
+                scores[:, 0] = logp[before, ends[before]].gather(-1, target[:, :1])[:, 0]
+                out[rows, :width] = scores.double().cpu().numpy()
                 if candidates is not None:
-                    b = torch.arange(len(rows), device=context.device)[:, None]
-                    where = torch.from_numpy(at[rows]).to(context.device)  # [b, K]
-                    picked = logits[b, where].gather(
+                    where = torch.from_numpy(at[rows]).to(context.device) - 1  # [b, K]
+                    picked = logp[b[:, None], where].gather(
                         -1, candidates_on[None].expand(len(rows), -1, -1))  # [b, K, D]
-                    mass += (picked - norm[b, where][..., None]).double().exp().sum(0).cpu()
+                    mass += picked.double().exp().sum(0).cpu()
     finally:
         model.train(training)
     out[np.arange(tokens.shape[1]) >= lengths[:, None]] = 0.0
