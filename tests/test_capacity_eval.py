@@ -468,7 +468,8 @@ def test_physlm_eval_of_a_bios_run_is_refused_in_one_line(train_corpus, tmp_path
 def test_each_token_is_scored_as_the_trainer_packs_it(tmp_path):
     """document_logprobs gives each token the log-probability it gets in a training window of
     the same documents: attention within each document (doc ids), positions restarting at its
-    first token, and a document's first token predicted at the <eos> ending the one before."""
+    first token; a document's first token, predicted in training at the <eos> ending the one
+    before, under the mean of the batch's <eos> laws (a random document before it)."""
     from types import SimpleNamespace
 
     from trainer.model import GPT, ModelConfig
@@ -484,5 +485,8 @@ def test_each_token_is_scored_as_the_trainer_packs_it(tmp_path):
         logp = model(window, position_ids=torch.tensor([list(range(7)) * 2]),
                      doc_ids=torch.tensor([[0] * 7 + [1] * 7])).log_softmax(-1)[0]
     trained = logp[torch.arange(13), window[0, 1:]]  # position p predicts token p + 1
-    assert np.allclose(got[1], trained[6:12].numpy(), atol=1e-5)  # b: from a's <eos> on
+    assert np.allclose(got[1, 1:], trained[7:12].numpy(), atol=1e-5)  # b after its first token
     assert np.allclose(got[0, 1:], trained[:5].numpy(), atol=1e-5)  # a after its first token
+    # a first token: after a random document's <eos>, the batch's two <eos> laws mixed
+    mixed = (logp[6].exp() + logp[13].exp()).log() - math.log(2)
+    assert np.allclose(got[:, 0], [mixed[a[0]].item(), mixed[b[0]].item()], atol=1e-5)

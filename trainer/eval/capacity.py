@@ -12,7 +12,7 @@ dictionaries and the information content
 Each row of `eval/biod_people.jsonl` is a person's document (token ids, no <eos>) with the
 [start, stop) spans of the name and of each attribute's value. A document is read once,
 teacher-forced as training reads it (attention within the document, positions from its first
-token, the first token predicted at the previous document's <eos>: `document_logprobs`), in
+token, the first token predicted at a random other document's <eos>: `document_logprobs`), in
 batches without gradients. With CE_name(i) the summed cross-entropy (nats) of person i's name
 tokens and CE_val(i, k) that of attribute k's value (C L tokens):
 
@@ -208,9 +208,10 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
     `lengths` long; 0 past them), read as training reads it: the trainer confines attention to
     each document (train.doc_mask) with positions restarting at its first token, and a document's
     first token is predicted at the end of the one before it, its <eos>. So each document runs
-    alone followed by its <eos>; token j > 0 is scored at position j - 1, and the first token at
-    the <eos> of the document before it in the batch (the batch's last one for its first: any
-    other person's document, as in the shuffled stream). Documents are batched in order of
+    alone followed by its <eos>; token j > 0 is scored at position j - 1, and the first token
+    under the mean of the batch's <eos> laws: after a random other document, as in the shuffled
+    stream (after one given document, a model that learned which documents follow which in its
+    shards would be scored on its memory of the order). Documents are batched in order of
     length (a shorter one runs on into <eos> padding no earlier position attends to): one
     forward pass each, the scores gathered by index. With `at` (P, K) positions (>= 1) and
     `candidates` (K, D) token ids, also the probabilities of candidate d of k at position
@@ -241,9 +242,10 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
                 b = torch.arange(len(rows), device=context.device)
                 scores = torch.empty(target.shape, dtype=logp.dtype, device=context.device)
                 scores[:, 1:] = logp[:, : width - 1].gather(-1, target[:, 1:, None])[..., 0]
-                before = b.roll(1)  # each row's first token after the previous row's <eos>
+                # a first token after a random document's <eos>: the batch's <eos> laws mixed
                 ends = torch.from_numpy(lengths[rows]).to(context.device)
-                scores[:, 0] = logp[before, ends[before]].gather(-1, target[:, :1])[:, 0]
+                first = logp[b, ends].logsumexp(0) - math.log(len(rows))  # [V]
+                scores[:, 0] = first[target[:, 0]]
                 out[rows, :width] = scores.double().cpu().numpy()
                 if candidates is not None:
                     where = torch.from_numpy(at[rows]).to(context.device) - 1  # [b, K]
