@@ -24,10 +24,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_eval import quickstart_model, timed
+from bench_eval import generate, quickstart_model, timed
 from cpu_pressure import print_run_footer
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,17 +41,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def make_corpus(out: Path, people: int, name_pools: str) -> Path:
-    from corpus_gen.core.config import load_config
-    from corpus_gen.core.generate import generate_corpus
-    from corpus_gen.core.registry import schemas
-
-    config = load_config(ROOT / "configs/corpus/biod.yaml",
-                         [f"people={people}", f"name_pools=[{name_pools}]"], schemas())
-    generate_corpus(config, out, progress=False, log=lambda *_: None)
-    return out
-
-
 def main() -> None:
     args = parse_args()
     if args.threads:
@@ -67,7 +54,8 @@ def main() -> None:
     corpus_dir = args.corpus_dir
     if corpus_dir is None:
         scratch = tempfile.TemporaryDirectory(prefix="bench_capacity_", dir="/tmp")
-        corpus_dir = make_corpus(Path(scratch.name) / "corpus", args.people, args.name_pools)
+        corpus_dir = generate(Path(scratch.name) / "corpus", "biod",
+                              [f"people={args.people}", f"name_pools=[{args.name_pools}]"])
     model = quickstart_model(corpus_dir, args.seed)
     context = EvalContext(model, load_tokenizer(corpus_dir, read_manifest(corpus_dir)),
                           corpus_dir, corpus_dir, torch.device("cpu"))

@@ -77,17 +77,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def make_corpus(out: Path, people: int) -> Path:
+def generate(out: Path, corpus: str, overrides: list[str]) -> Path:
+    """The shipped corpus config `corpus` with `overrides`, generated into `out` by one worker."""
     from corpus_gen.core.config import load_config
     from corpus_gen.core.generate import generate_corpus
     from corpus_gen.core.registry import schemas
 
-    # the quickstart's tokenizer size; 4000 people: 2000 held out, 12,000 qa and 10,000 inverse
-    config = load_config(ROOT / "configs/corpus/bios_s_multi5_permute.yaml",
-                         [f"people={people}", "inverse=true", "tokenizer.vocab_size=2048"],
-                         schemas())
+    config = load_config(ROOT / f"configs/corpus/{corpus}.yaml", overrides, schemas())
     generate_corpus(config, out, workers=1, progress=False, log=lambda *_: None)
     return out
+
+
+def make_corpus(out: Path, people: int) -> Path:
+    # the quickstart's tokenizer size; 4000 people: 2000 held out, 12,000 qa and 10,000 inverse
+    return generate(out, "bios_s_multi5_permute",
+                    [f"people={people}", "inverse=true", "tokenizer.vocab_size=2048"])
 
 
 def quickstart_model(corpus_dir: Path, seed: int):

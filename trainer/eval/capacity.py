@@ -218,6 +218,8 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
     at[p, k], summed over the documents: (K, D)."""
     import torch
 
+    from trainer.eval.generation import evaluating
+
     model = context.model
     limit = model.positional.max_positions
     if limit is not None and lengths.max() + 1 > limit:
@@ -229,31 +231,26 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
         mass = torch.zeros(candidates.shape, dtype=torch.float64)
         candidates_on = torch.from_numpy(candidates).to(context.device)  # [K, D]
     order = np.argsort(lengths, kind="stable")
-    training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for lo in range(0, len(order), batch_size):
-                rows = order[lo : lo + batch_size]
-                width = int(lengths[rows].max())
-                target = torch.from_numpy(tokens[rows, :width]).to(context.device)
-                logits = model(torch.cat([target, eos.expand(len(rows), 1)], 1))  # [b, w+1, V]
-                logp = logits.log_softmax(-1)
-                b = torch.arange(len(rows), device=context.device)
-                scores = torch.empty(target.shape, dtype=logp.dtype, device=context.device)
-                scores[:, 1:] = logp[:, : width - 1].gather(-1, target[:, 1:, None])[..., 0]
-                # a first token after a random document's <eos>: the batch's <eos> laws mixed
-                ends = torch.from_numpy(lengths[rows]).to(context.device)
-                first = logp[b, ends].logsumexp(0) - math.log(len(rows))  # [V]
-                scores[:, 0] = first[target[:, 0]]
-                out[rows, :width] = scores.double().cpu().numpy()
-                if candidates is not None:
-                    where = torch.from_numpy(at[rows]).to(context.device) - 1  # [b, K]
-                    picked = logp[b[:, None], where].gather(
-                        -1, candidates_on[None].expand(len(rows), -1, -1))  # [b, K, D]
-                    mass += picked.double().exp().sum(0).cpu()
-    finally:
-        model.train(training)
+    with evaluating(model):
+        for lo in range(0, len(order), batch_size):
+            rows = order[lo : lo + batch_size]
+            width = int(lengths[rows].max())
+            target = torch.from_numpy(tokens[rows, :width]).to(context.device)
+            logits = model(torch.cat([target, eos.expand(len(rows), 1)], 1))  # [b, w+1, V]
+            logp = logits.log_softmax(-1)
+            b = torch.arange(len(rows), device=context.device)
+            scores = torch.empty(target.shape, dtype=logp.dtype, device=context.device)
+            scores[:, 1:] = logp[:, : width - 1].gather(-1, target[:, 1:, None])[..., 0]
+            # a first token after a random document's <eos>: the batch's <eos> laws mixed
+            ends = torch.from_numpy(lengths[rows]).to(context.device)
+            first = logp[b, ends].logsumexp(0) - math.log(len(rows))  # [V]
+            scores[:, 0] = first[target[:, 0]]
+            out[rows, :width] = scores.double().cpu().numpy()
+            if candidates is not None:
+                where = torch.from_numpy(at[rows]).to(context.device) - 1  # [b, K]
+                picked = logp[b[:, None], where].gather(
+                    -1, candidates_on[None].expand(len(rows), -1, -1))  # [b, K, D]
+                mass += picked.double().exp().sum(0).cpu()
     out[np.arange(tokens.shape[1]) >= lengths[:, None]] = 0.0
     return out, None if candidates is None else mass.numpy()
 

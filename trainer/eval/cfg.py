@@ -237,27 +237,24 @@ def model_log_probs(model: "torch.nn.Module", spelling: Spelling, strings: list[
     every position read). The model runs in eval mode and gets its previous mode back."""
     import torch
 
+    from trainer.eval.generation import evaluating
+
     device = model.tok_emb.weight.device
     columns = torch.tensor([*spelling.terminals, spelling.eos], device=device)
     out: list[np.ndarray] = [np.empty(0)] * len(strings)
     order = sorted(range(len(strings)), key=lambda i: len(strings[i]))
-    training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
-                width = max(len(strings[i]) for i in batch) + 1
-                ids = torch.tensor([spelling.prompt(strings[i]) + [spelling.eos] *
-                                    (width - 1 - len(strings[i])) for i in batch], device=device)
-                logprobs = model(ids).log_softmax(-1)  # [B, width, V]
-                words = logprobs[..., columns].double()
-                rest = torch.log1p(-words.exp().sum(-1).clamp(max=1.0))[..., None]
-                table = torch.cat((words, rest), -1).cpu().numpy()
-                for row, i in enumerate(batch):
-                    out[i] = table[row, : len(strings[i]) + 1]
-    finally:
-        model.train(training)
+    with evaluating(model):
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            width = max(len(strings[i]) for i in batch) + 1
+            ids = torch.tensor([spelling.prompt(strings[i]) + [spelling.eos] *
+                                (width - 1 - len(strings[i])) for i in batch], device=device)
+            logprobs = model(ids).log_softmax(-1)  # [B, width, V]
+            words = logprobs[..., columns].double()
+            rest = torch.log1p(-words.exp().sum(-1).clamp(max=1.0))[..., None]
+            table = torch.cat((words, rest), -1).cpu().numpy()
+            for row, i in enumerate(batch):
+                out[i] = table[row, : len(strings[i]) + 1]
     return out
 
 

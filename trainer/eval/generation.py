@@ -5,12 +5,28 @@ Prompts of different lengths are left-padded into one batch. Pads form their own
 start at 0 at its first real token: a row decodes exactly as it would alone.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from trainer.model import GPT
 from trainer.model.attention import compute_dtype
 from trainer.model.kv_cache import KVCache
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode under torch.inference_mode, its own mode given back after: how
+    the evaluation tasks run their teacher-forced passes."""
+    training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(training)
 
 
 @torch.inference_mode()

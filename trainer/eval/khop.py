@@ -86,6 +86,8 @@ def predictions(context: EvalContext, tokens: np.ndarray, batch_size: int
     P = L - 1, or fewer when learned positions cannot hold L."""
     import torch
 
+    from trainer.eval.generation import evaluating
+
     model = context.model
     width = tokens.shape[1]
     limit = model.positional.max_positions
@@ -94,14 +96,9 @@ def predictions(context: EvalContext, tokens: np.ndarray, batch_size: int
             raise TrainError(f"the model's {limit} positions cannot hold a hop token and a letter")
         width = min(width, limit)
     ids = torch.from_numpy(tokens[:, :width])
-    training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            parts = [model(ids[lo : lo + batch_size].to(context.device))[:, 1:]
-                     .log_softmax(-1).double().cpu() for lo in range(0, len(ids), batch_size)]
-    finally:
-        model.train(training)
+    with evaluating(model):
+        parts = [model(ids[lo : lo + batch_size].to(context.device))[:, 1:]
+                 .log_softmax(-1).double().cpu() for lo in range(0, len(ids), batch_size)]
     logprobs = torch.cat(parts).numpy()
     return logprobs.argmax(-1), logprobs
 

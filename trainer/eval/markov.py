@@ -134,6 +134,8 @@ def symbol_logprobs(context: EvalContext, tokens: np.ndarray, order: int, alphab
     hold T - 1 inputs (a TrainError when they cannot hold k)."""
     import torch
 
+    from trainer.eval.generation import evaluating
+
     model = context.model
     symbol_ids = context.tokenizer.encode(" ".join(str(a) for a in range(alphabet)))
     inputs = tokens.shape[1] - 1
@@ -143,15 +145,10 @@ def symbol_logprobs(context: EvalContext, tokens: np.ndarray, order: int, alphab
             raise TrainError(f"the model's {limit} positions cannot hold a {order}-gram context")
         inputs = min(inputs, limit)
     ids = torch.tensor(symbol_ids)[torch.from_numpy(tokens[:, :inputs])]  # [N, inputs]
-    training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            parts = [model(ids[lo : lo + batch_size].to(context.device))[:, order - 1 :]
-                     .log_softmax(-1)[..., symbol_ids].double().cpu()  # [b, P, A]
-                     for lo in range(0, len(ids), batch_size)]
-    finally:
-        model.train(training)
+    with evaluating(model):
+        parts = [model(ids[lo : lo + batch_size].to(context.device))[:, order - 1 :]
+                 .log_softmax(-1)[..., symbol_ids].double().cpu()  # [b, P, A]
+                 for lo in range(0, len(ids), batch_size)]
     return torch.cat(parts).numpy()
 
 

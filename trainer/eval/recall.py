@@ -81,22 +81,17 @@ def answer_logprobs(context: EvalContext, prompts: list[list[int]],
     hold a prompt."""
     import torch
 
-    from trainer.eval.generation import left_padded
+    from trainer.eval.generation import evaluating, left_padded
 
     model = context.model
     limit = model.positional.max_positions
     longest = max(map(len, prompts))
     if limit is not None and longest > limit:
         raise TrainError(f"the model's {limit} positions cannot hold the {longest}-token prompts")
-    training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            parts = [model(*left_padded(prompts[lo : lo + batch_size], context.device))[:, -1]
-                     .log_softmax(-1).double().cpu()  # [b, V]
-                     for lo in range(0, len(prompts), batch_size)]
-    finally:
-        model.train(training)
+    with evaluating(model):
+        parts = [model(*left_padded(prompts[lo : lo + batch_size], context.device))[:, -1]
+                 .log_softmax(-1).double().cpu()  # [b, V]
+                 for lo in range(0, len(prompts), batch_size)]
     return torch.cat(parts).numpy()
 
 
