@@ -4,16 +4,19 @@ CPU thread for the quickstart's model.
 
     python bench/bench_capacity.py --rounds 3
 
-The corpus: `physlm gen configs/corpus/biod.yaml people=--people name_pools=--name-pools`
-(bioS's pools by default, 400 x 400 x 1000: the shipped 40^3 names cannot hold 100,000 people;
-C = L = 1: the dictionary term is read off the same pass), into a temporary directory, or
---corpus-dir. The model: the
+The corpus (--family biod): `physlm gen configs/corpus/biod.yaml people=--people
+name_pools=--name-pools` (bioS's pools by default, 400 x 400 x 1000: the shipped 40^3 names
+cannot hold 100,000 people; C = L = 1: the dictionary term is read off the same pass); or
+(--family bios) `configs/corpus/bios_s_single.yaml people=--people` with the quickstart's
+tokenizer size (2,048), whose biographies are about 7x bioD's documents; generated into a
+temporary directory, or --corpus-dir. The model: the
 quickstart's (configs/model/gpt_tiny.yaml: 4 layers x d_model 128, rope; vocab from the corpus),
 randomly initialised with --seed, fp32 on the CPU: the task runs the same operations whatever
 the weights. Timed per round: `trainer.eval.capacity.run` whole (reading and verifying the eval
-set, the forward passes, the bits), and apart its two parts, `load_people` and the pass
-`document_logprobs`; medians over --rounds, with each call's CPU time and CPU pressure (the
-share of it during which some task waited for a core, /proc/pressure/cpu).
+set, the forward passes, the bits), and apart its two parts, `load_documents` (bioS: with the
+tokenization of the texts) and the pass `document_logprobs`; medians over --rounds, with each
+call's CPU time and CPU pressure (the share of it during which some task waited for a core,
+/proc/pressure/cpu).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from cpu_pressure import print_run_footer
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--family", choices=("biod", "bios"), default="biod")
     p.add_argument("--corpus-dir", type=Path, default=None,
-                   help="a biod corpus (default: generate one into a temporary directory)")
+                   help="a biod or bioS corpus (default: generate one into a temporary "
+                   "directory)")
     p.add_argument("--people", type=int, default=100_000)
     p.add_argument("--name-pools", default="400,400,1000", help="tokens per name pool")
     p.add_argument("--batch-size", type=int, default=64)
@@ -48,32 +53,41 @@ def main() -> None:
     from corpus_gen.core.corpus_tokenizer import load_tokenizer
     from corpus_gen.core.manifest import read_manifest
     from trainer.eval import capacity
+    from trainer.eval.capacity_data import load_documents, read_population
     from trainer.eval.registry import EvalContext
 
     scratch = None
     corpus_dir = args.corpus_dir
     if corpus_dir is None:
         scratch = tempfile.TemporaryDirectory(prefix="bench_capacity_", dir="/tmp")
-        corpus_dir = generate(Path(scratch.name) / "corpus", "biod",
-                              [f"people={args.people}", f"name_pools=[{args.name_pools}]"])
+        corpus_dir = Path(scratch.name) / "corpus"
+        if args.family == "biod":
+            generate(corpus_dir, "biod", [f"people={args.people}",
+                                          f"name_pools=[{args.name_pools}]"])
+        else:
+            generate(corpus_dir, "bios_s_single", [f"people={args.people}",
+                                                   "tokenizer.vocab_size=2048"])
     model = quickstart_model(corpus_dir, args.seed)
     context = EvalContext(model, load_tokenizer(corpus_dir, read_manifest(corpus_dir)),
                           corpus_dir, corpus_dir, torch.device("cpu"))
     options = capacity.CapacityOptions(batch_size=args.batch_size)
-    biod = capacity.read_biod(corpus_dir)
-    people = capacity.load_people(context, biod, 0)
+    population = read_population(corpus_dir)
+    people = load_documents(context, population, 0)
     count = len(people.lengths)
     tokens = int(people.lengths.sum())
-    print(f"{count:,} people, {tokens:,} tokens (documents of {people.lengths.min()}-"
-          f"{people.lengths.max()}), vocab {model.config.vocab_size}, gpt_tiny "
-          f"({model.num_parameters():,} non-embedding parameters), batch {args.batch_size}, "
+    single = population.dictionaries is not None  # bioD, C = L = 1: chunks read in the pass
+    print(f"{count:,} people ({args.family}), {tokens:,} tokens (documents of "
+          f"{people.lengths.min()}-{people.lengths.max()}), vocab {model.config.vocab_size}, "
+          f"gpt_tiny ({model.num_parameters():,} non-embedding parameters), batch "
+          f"{args.batch_size}, "
           f"{torch.get_num_threads()} thread(s)")
     parts = {
         "capacity.run (whole task)": lambda: capacity.run(context, options),
-        "load_people (read + verify)": lambda: capacity.load_people(context, biod, 0),
+        "load_documents (read + verify)": lambda: load_documents(context, population, 0),
         "document_logprobs (forward)": lambda: capacity.document_logprobs(
-            context, people.tokens, people.lengths, args.batch_size, people.values[..., 0],
-            biod.dictionaries[..., 0]),
+            context, people.tokens, people.lengths, args.batch_size,
+            people.values[:, :, 0, 0] if single else None,
+            population.dictionaries.dictionaries[..., 0] if single else None),
     }
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in parts}
     for _ in range(args.rounds):

@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from corpus_gen.biod import population
-from corpus_gen.biod.information import information, log2_binomial
+from corpus_gen.biod.information import information
+from corpus_gen.core.counting import log2_binomial
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import get_family

@@ -88,10 +88,10 @@ class Setting:
         return np.array([[values[0] for values in row["values"]] for row in self.rows])
 
 
-def own_document(context: list[int]) -> list[int]:
+def own_document(context: list[int], eos: int = 0) -> list[int]:
     """The tokens of the document the next token belongs to: those after the context's last
-    <eos> (id 0), which ends the document before it; none when the context ends with one."""
-    ends = [i for i, token in enumerate(context) if token == 0]
+    <eos>, which ends the document before it; none when the context ends with one."""
+    ends = [i for i, token in enumerate(context) if token == eos]
     return context[ends[-1] + 1:] if ends else context
 
 
@@ -329,22 +329,23 @@ def test_a_corpus_that_is_not_biod_is_refused_in_one_line(tmp_path):
     with pytest.raises(TrainError) as error:
         capacity.run(context, capacity.CapacityOptions())
     assert str(error.value) == (f"{corpus}: a markov corpus; the capacity task needs a bioD "
-                                "corpus (bioS support comes later)")
+                                "corpus or a bioS one generated with capacity=true (family "
+                                "bios, style s)")
 
 
 class TrieModel(PlantedLM):
     """Knows every document of a real corpus's eval set: the next token's law is how the
     documents that begin with the context go on (flat after a context that none begins with)."""
 
-    def __init__(self, vocab_size: int, documents: list[list[int]]):
+    def __init__(self, vocab_size: int, documents: list[list[int]], eos: int = 0):
         super().__init__(vocab_size)
-        self.documents = documents
+        self.documents, self.eos = documents, eos
 
     def num_parameters(self, non_embedding: bool = True) -> int:
         return 1000
 
     def next_logits(self, context: list[int], out: torch.Tensor) -> None:
-        prefix = own_document(context)
+        prefix = own_document(context, self.eos)
         going_on = [d[len(prefix)] for d in self.documents
                     if len(d) > len(prefix) and d[: len(prefix)] == prefix]
         if going_on:
@@ -368,7 +369,7 @@ def biod_corpus(tmp_path_factory):
     return out
 
 
-def _real_context(corpus, model, tmp_path) -> EvalContext:
+def real_context(corpus, model, tmp_path) -> EvalContext:
     from corpus_gen.core.corpus_tokenizer import load_tokenizer
     from corpus_gen.core.manifest import read_manifest
 
@@ -383,7 +384,7 @@ def test_on_a_real_biod_corpus_knowing_every_document_scores_the_reachable_bits(
     info = json.loads((biod_corpus / "biod.json").read_text())
     vocab_size = len(json.loads((biod_corpus / "vocab.json").read_text()))
     model = TrieModel(vocab_size, [row["tokens"] for row in rows])
-    results = capacity.run(_real_context(biod_corpus, model, tmp_path),
+    results = capacity.run(real_context(biod_corpus, model, tmp_path),
                            capacity.CapacityOptions(batch_size=7, dictionary_people=0))
     assert results["name_bits"] == pytest.approx(30 * math.log2(120 / 30))
     assert results["value_bits"] == pytest.approx(30 * 3 * 2 * math.log2(6))
@@ -397,12 +398,12 @@ def test_on_a_real_biod_corpus_knowing_every_document_scores_the_reachable_bits(
     assert [entry["information"] for entry in results["per_term"].values()] == [
         info[key] for key in capacity.TERMS]
     assert results["bits"] <= results["information_bits"] == info["information_bits"]
-    uniform = capacity.run(_real_context(biod_corpus, UniformModel(vocab_size), tmp_path),
+    uniform = capacity.run(real_context(biod_corpus, UniformModel(vocab_size), tmp_path),
                            capacity.CapacityOptions())
     assert uniform["bits"] == 0.0 and uniform["dictionary_people"] == 30
 
 
-def _trained_run(tmp_path, corpus) -> str:
+def trained_run(tmp_path, corpus) -> str:
     """Two steps of the tests' tiny GPT on `corpus`: a run directory to evaluate."""
     from tests.conftest import tiny_experiment_file
     from trainer.config import load_experiment
@@ -424,7 +425,7 @@ def test_physlm_gen_train_eval_and_report_a_real_biod_run(tmp_path, capsys):
     corpus = tmp_path / "corpus"
     assert main(["gen", str(ROOT / "configs" / "corpus" / "biod.yaml"), "--out", str(corpus),
                  "people=40", "name_pools=[5,5,5]", "chunk_len=2", "dictionary=12"]) == 0
-    run_dir = _trained_run(tmp_path, corpus)
+    run_dir = trained_run(tmp_path, corpus)
     assert main(["eval", run_dir, "--task", "capacity"]) == 0
     saved = json.loads((tmp_path / "run" / "eval" / "capacity.json").read_text())
     assert saved["step"] == 2 and saved["people"] == saved["dictionary_people"] == 40
@@ -451,18 +452,6 @@ def test_physlm_gen_train_eval_and_report_a_real_biod_run(tmp_path, capsys):
     assert main(["report", run_dir, "--out", str(tmp_path / "report")]) == 0
     table = capsys.readouterr().out
     assert "| capacity/bits |" in table and "| capacity/bits_per_param |" in table
-
-
-def test_physlm_eval_of_a_bios_run_is_refused_in_one_line(train_corpus, tmp_path, capsys):
-    from launch.cli import main
-
-    run_dir = _trained_run(tmp_path, train_corpus)
-    capsys.readouterr()
-    assert main(["eval", run_dir, "--task", "capacity"]) == 2
-    assert capsys.readouterr().err == (
-        f"physlm eval: error: {train_corpus}: a bios corpus; the capacity task needs a bioD "
-        "corpus (bioS support comes later)\n")
-    assert not (tmp_path / "run" / "eval" / "capacity.json").exists()
 
 
 def test_each_token_is_scored_as_the_trainer_packs_it(tmp_path):

@@ -59,7 +59,7 @@ def test_gen_never_imports_torch(tmp_path):
     ("model.foo=1", "attention, bias, canon, canon_activation, canon_kernel, canon_residual, ctx,"),
     ("train.wandb.foo=1", "entity, group, mode, project, tags"),
     ("eval.qa.foo=1", "batch_size, max_people, splits"),
-    ("corpus.foo=1", "celebrities, celebrity_variant, data_dir, docs_per_sample, family,"),
+    ("corpus.foo=1", "capacity, celebrities, celebrity_variant, data_dir, docs_per_sample,"),
 ])
 def test_unknown_keys_list_the_known_ones_and_name_no_class(override, known, capsys):
     assert main(["train", str(QUICKSTART), override]) == 2

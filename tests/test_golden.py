@@ -33,6 +33,8 @@ CONFIGS = {  # family -> name -> overrides
         "mix_celebrity_answer_loss": ["people=200", "celebrities=30", "mode=mix",
                                       "qa_copies=2", "qa_loss=answer"],
         "bior_mix": ["people=80", "style=r", "mode=mix"],
+        "junk_domain_mix_capacity": ["people=100", "variant=multi2_permute", "mode=mix",
+                                     "junk_ratio=3", "domain_token=true", "capacity=true"],
     },
     "igsm": {
         "med_pq_retry": ["problems=200", "eval_problems=20", "retry_rate=0.3"],

@@ -2,6 +2,7 @@
 
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from corpus_gen.bios.manipulation import FORMS
 from corpus_gen.bios.pools import load_pools
@@ -9,6 +10,11 @@ from corpus_gen.core.config import CorpusConfig, require
 from corpus_gen.core.errors import ConfigError
 
 MAX_COPIES = 4096  # documents per person; also the stride that keys (person, copy) pairs
+# bios: a biography of a person outside the population (a name no real person has, random
+# attributes), written as the corpus writes a real person's first biography
+JUNK_KINDS = ("bios",)
+MAX_JUNK_RATIO = 1023
+DOMAIN_TOKEN = "<useful>"  # with domain_token, the first word of every useful document
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,17 @@ class BiosConfig(CorpusConfig):
     manipulation_qa: int = 0  # mix/qa mode: manipulation documents per qa_train person, form
     manipulation_forms: list[str] = field(default_factory=lambda: ["plain", "cot"])
     data_dir: str | None = None  # value pools; None: the tables shipped in the package
+    # Part 3.3's junk mixes: J junk documents per useful one (a biography or QA document of the
+    # stream), one useful at a keyed place in each run of J + 1 (the paper's 1:7 is J = 7)
+    junk_ratio: int = 0
+    junk: str = "bios"  # the kind of junk (JUNK_KINDS)
+    domain_token: bool = False  # DOMAIN_TOKEN first in every useful document, never in junk
+    # Part 3.3: + bios.json (the information content) and eval set bios_people (bioS only)
+    capacity: bool = False
+    # keys added after corpora were made without them: left out of the fingerprint at these
+    # values, so those corpora (and their runs' saved data positions) keep theirs
+    ADDED_LATER: ClassVar[dict] = {**CorpusConfig.ADDED_LATER, "junk_ratio": 0, "junk": "bios",
+                                   "domain_token": False, "capacity": False}
 
     def validate(self) -> None:
         super().validate()
@@ -90,6 +107,15 @@ class BiosConfig(CorpusConfig):
                 "must be 'all' or 'answer'")
         require(0 <= self.celebrities < self.people, "celebrities", self.celebrities,
                 "must be in [0, people)")
+        require(not self.capacity or (self.style == "s" and self.mode != "qa"), "capacity",
+                self.capacity, "needs bioS biographies in the stream: style s, mode pretrain or "
+                "mix")
+        require(0 <= self.junk_ratio <= MAX_JUNK_RATIO, "junk_ratio", self.junk_ratio,
+                f"must be in [0, {MAX_JUNK_RATIO}]")
+        require(self.junk in JUNK_KINDS, "junk", self.junk, f"one of {', '.join(JUNK_KINDS)}")
+        require(not self.junk_ratio or self.people < name_space, "junk", self.junk,
+                f"bios junk needs names outside the population: people < the {name_space:,} "
+                "names the pools allow")
         if self.celebrities:
             celebrity = self._checked_variant("celebrity_variant")
             require(celebrity.copies >= variant.copies, "celebrity_variant",

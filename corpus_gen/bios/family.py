@@ -1,31 +1,28 @@
 """The bios family: biographies (bioS or bioR) and QA, laid out by `stream`, truth in `meta`."""
 
 import functools
-import itertools
 import random
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import orjson
 
-from corpus_gen.bios import stream
+from corpus_gen.bios import biographies, capacity, stream
 from corpus_gen.bios.bio_r import render_bio_r
-from corpus_gen.bios.config import BiosConfig, parse_variant
+from corpus_gen.bios.biographies import ORDERS
+from corpus_gen.bios.config import BiosConfig
 from corpus_gen.bios.inverse import identifying_levels, identifying_rows, inverse_document
+from corpus_gen.bios.junk import DOMAIN_PIECE, domain_units, prefix_record, prefix_units
 from corpus_gen.bios.manipulation import manipulation_document, manipulation_rows, partners
 from corpus_gen.bios.people import ATTRIBUTES, draw_people, person_dicts, person_json
 from corpus_gen.bios.pools import load_pools
 from corpus_gen.bios.qa import eval_rows, qa_document
-from corpus_gen.bios.templates import MODES, PLANS
-from corpus_gen.bios.units import plan_index, spell, spelling, value_matrix
+from corpus_gen.bios.units import spell, spelling, value_matrix
 from corpus_gen.core.records import BATCH, Batch, Record, UnitBatch, flatten
 from corpus_gen.core.registry import Layout
-from corpus_gen.core.seeding import derive_key, hash_u64, randint
+from corpus_gen.core.seeding import derive_key, hash_u64
 
-ORDERS = tuple(itertools.permutations(range(len(ATTRIBUTES))))
-_ORDER_ARRAY = np.array(ORDERS)
 _ORDER_FIELDS = np.array([',"order":' + orjson.dumps(order).decode() for order in ORDERS])
-_MALE, _FEMALE, _NAME = (MODES.index(mode) for mode in ("male", "female", "name"))
 _EVAL_CHUNK = 20000
 
 
@@ -43,7 +40,14 @@ def layout(config: BiosConfig) -> Layout:
     }
     summary |= {f"{kind}_documents": documents[kind] for kind in ("inverse", "manipulation")
                 if documents[kind]}
-    return Layout(records=stream.total_records(blocks), summary=summary)
+    if capacity.applies(config):  # the information content, Part 3.3's capacity
+        summary |= capacity.information(config)
+    useful = stream.total_records(blocks)
+    if config.junk_ratio:
+        summary |= {"useful_documents": useful, "junk_ratio": config.junk_ratio,
+                    "junk_documents": useful * config.junk_ratio}
+    return Layout(records=stream.total_records(blocks, config.junk_ratio), summary=summary,
+                  user_symbols=(DOMAIN_PIECE,) if config.domain_token else ())
 
 
 def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
@@ -53,59 +57,65 @@ def records(config: BiosConfig, start: int, stop: int) -> Iterator[Record]:
 
 def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
     """Documents at stream positions [start, stop) in batches of at most BATCH: bioS
-    biographies as `UnitBatch`es, QA documents and bioR biographies as records."""
+    biographies as `UnitBatch`es, QA documents and bioR biographies as records. Junk documents
+    are biographies (kind "junk"), without a split; with `domain_token` the others start with
+    DOMAIN_TOKEN."""
     pools = load_pools(config.data_dir)
     blocks = stream.blocks(config)
     slot = stream.resolve(config, blocks, start, stop)
+    blocks = [*blocks, stream.JUNK]  # junk's block is the last
     drawn = draw_people(config.seed, slot.person, pools)
     doc_index = slot.doc_index(blocks)
     seed = config.seed
-    drawn_orders = randint(derive_key(seed, "bios", "order"), doc_index, len(ORDERS))
     is_qa = np.array([b.kind == "qa" for b in blocks])[slot.block]
     is_inverse = np.array([b.kind == "inverse" for b in blocks])[slot.block]
     forms = [b.kind.removeprefix("manipulation_") if b.kind.startswith("manipulation_") else ""
              for b in blocks]
     is_manipulation = np.array([bool(form) for form in forms])[slot.block]
     celebrity = slot.person < config.celebrities
-    variant = parse_variant(config.variant)
-    celebrity_variant = parse_variant(config.celebrity_variant)
-    # QA documents and permuted biographies take their drawn order, the others the canonical one
-    permute = np.where(celebrity, celebrity_variant.permute, variant.permute)
-    order_index = np.where(is_qa | permute, drawn_orders, 0)
+    order_index = biographies.orders(config, slot.person, doc_index, is_qa)
     is_question = is_qa | is_inverse | is_manipulation  # documents of questions and answers
     spelled = ~is_question if config.style == "s" else np.zeros_like(is_qa)
     if config.style == "r":
         doc_seeds = hash_u64(derive_key(seed, "bios", "bioR"), doc_index).tolist()
     elif spelled.any():
         bio = np.flatnonzero(spelled)
-        choices = np.stack([randint(derive_key(seed, "bios", "template", a), doc_index[bio],
-                                    len(PLANS[a])) for a in ATTRIBUTES], axis=1)
-        fullname = np.where(celebrity, celebrity_variant.fullname, variant.fullname)[bio]
-        female = drawn.first[bio] >= pools.male_first_names
         plans = np.zeros((len(spelled), len(ATTRIBUTES)), dtype=np.int64)
-        plans[bio] = _bio_s_plans(_ORDER_ARRAY[order_index[bio]], choices, female, fullname)
+        plans[bio] = biographies.bio_s_plans(config, pools, drawn[bio], doc_index[bio],
+                                             order_index[bio])
         values = value_matrix(drawn)
         units = spelling(pools)
     # each document's ground truth as JSON text, written once per document; records parse it
     heads = [f'{{"kind":"{b.kind}","copy":{b.copy},"split":"' for b in blocks]
-    with_order = np.array([b.kind == "qa" or (b.kind == "bio" and config.style == "s")
+    with_order = np.array([b.kind == "qa" or (b.kind in ("bio", "junk") and config.style == "s")
                            for b in blocks])[slot.block]
     tails = np.char.add(np.where(with_order, _ORDER_FIELDS[order_index], ""), "}").tolist()
     splits = np.where(slot.person < config.qa_train_people, "train", "test").tolist()
     celebrities = np.where(celebrity, "true", "false").tolist()
     kinds, orders = slot.block.tolist(), order_index.tolist()
+    junk_at = np.flatnonzero(slot.junk)
+    junk_head = f'{{"kind":"junk","junk":"{config.junk}","person":'  # no split, no celebrity
     answer_only_loss = config.qa_loss == "answer"
+    domain = config.domain_token
+    if domain and spelled.any():
+        domain_vocabulary = domain_units(units.units)
 
     # batches of BATCH positions, cut again wherever spelled and other documents meet
     n = len(kinds)
     cuts = np.union1d(np.arange(0, n, BATCH), np.flatnonzero(np.diff(spelled)) + 1).tolist()
     for a, b in zip(cuts, cuts[1:] + [n]):
-        metas = person_json(drawn[a:b], pools, around=(
-            [f'{heads[k]}{split}","celebrity":{star},"person":'
-             for k, split, star in zip(kinds[a:b], splits[a:b], celebrities[a:b])],
-            tails[a:b]))
+        befores = [f'{heads[k]}{split}","celebrity":{star},"person":'
+                   for k, split, star in zip(kinds[a:b], splits[a:b], celebrities[a:b])]
+        for i in junk_at[np.searchsorted(junk_at, a):np.searchsorted(junk_at, b)].tolist():
+            befores[i - a] = junk_head
+        metas = person_json(drawn[a:b], pools, around=(befores, tails[a:b]))
         if spelled[a]:
-            yield UnitBatch(units.units, *spell(units, plans[a:b], values[a:b]), metas)
+            ids, offsets = spell(units, plans[a:b], values[a:b])
+            if domain:
+                yield UnitBatch(domain_vocabulary, *prefix_units(
+                    domain_vocabulary, ids, offsets, ~slot.junk[a:b]), metas)
+            else:
+                yield UnitBatch(units.units, ids, offsets, metas)
             continue
         documents = []
         partner = _partners(config, slot.person[a:b], is_manipulation[a:b], pools)
@@ -118,11 +128,11 @@ def batches(config: BiosConfig, start: int, stop: int) -> Iterator[Batch]:
             elif is_manipulation[i]:
                 text, masked = manipulation_document(person, partner[i - a],
                                                      forms[kinds[i]], answer_only_loss)
-            if is_question[i]:
-                documents.append(Record(text, orjson.loads(meta), masked))
-            else:
-                documents.append(Record(render_bio_r(person, random.Random(doc_seeds[i])),
-                                        orjson.loads(meta)))
+            if not is_question[i]:
+                text, masked = render_bio_r(person, random.Random(doc_seeds[i])), ()
+            if domain and not slot.junk[i]:
+                text, masked = prefix_record(text, masked)
+            documents.append(Record(text, orjson.loads(meta), masked))
         yield documents
 
 
@@ -140,16 +150,6 @@ def _partners(config: BiosConfig, people: np.ndarray, selected: np.ndarray,
     return result
 
 
-def _bio_s_plans(order: np.ndarray, choice: np.ndarray, female: np.ndarray,
-                 fullname: np.ndarray) -> np.ndarray:
-    """The six sentence plans of each biography, in text order: the one of attribute
-    order[i, r] at rank r, from template choice[i, attribute]. The first sentence names the
-    person, the rest use pronouns (or the name again, with `fullname`)."""
-    first = np.arange(len(ATTRIBUTES)) == 0
-    mode = np.where(fullname[:, None] | first, _NAME, np.where(female, _FEMALE, _MALE)[:, None])
-    return plan_index(order, np.take_along_axis(choice, order, axis=1), mode)
-
-
 def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:
     n_train = config.qa_train_people
     sets = {
@@ -164,6 +164,8 @@ def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:
         sets["manipulation_train"] = lambda: _manipulation_rows(config, 0, n_train, "train")
         sets["manipulation_test"] = lambda: _manipulation_rows(config, n_train, config.people,
                                                                "test")
+    if capacity.applies(config):
+        sets[capacity.EVAL_SET] = lambda: capacity.rows(config)
     return sets
 
 

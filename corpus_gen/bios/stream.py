@@ -8,6 +8,12 @@ half and the next starts with its first: the two documents of any person in cons
 are at least min(floor(n_b/2), ceil(n_{b+1}/2)) positions apart, so they never share a packing
 window, and any stretch of the stream is a uniform draw of people. Position -> (person, block) is
 computed per position, so a shard never needs the whole order.
+
+With junk (`junk_ratio` J > 0), the stream is runs of J + 1 positions, one of them, at a keyed
+random place, useful: the useful documents, in the order above, are the runs' useful places, so
+run u holds useful document u (as bioD mixes its junk, corpus_gen/biod/stream.py). Each junk
+document is a biography of a person drawn, per position, from outside the population:
+[people, name space), whose names the name bijection gives no real person.
 """
 
 from dataclasses import dataclass
@@ -15,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus_gen.bios.config import MAX_COPIES, BiosConfig, parse_variant
-from corpus_gen.core.seeding import derive_key, shuffle_halves
+from corpus_gen.bios.pools import load_pools
+from corpus_gen.core.seeding import derive_key, randint, shuffle_halves
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,11 @@ class Block:
     kind: str
     copy: int  # which copy of this kind the block holds for each person
     people: int  # population: people [0, people)
+
+
+# A junk document's block: not in blocks(), Slot.block points one past them at junk. Copy 0: a
+# junk person's document draws its template and order as a real person's first biography does.
+JUNK = Block("junk", 0, 0)
 
 
 def blocks(config: BiosConfig) -> list[Block]:
@@ -47,11 +59,13 @@ class Slot:
     """Stream positions resolved to documents (parallel arrays)."""
 
     position: np.ndarray
-    person: np.ndarray
-    block: np.ndarray  # index into blocks()
+    person: np.ndarray  # at junk: a person of [people, name space)
+    block: np.ndarray  # index into blocks(); len(blocks()) at junk (JUNK)
+    junk: np.ndarray  # bool
 
     def doc_index(self, layout: list[Block]) -> np.ndarray:
-        """A key unique to (person, kind, copy), for drawing the document's own randomness."""
+        """A key unique to (person, kind, copy), for drawing the document's own randomness
+        (`layout`: blocks() followed by JUNK where the slots hold junk)."""
         offsets = np.array([(b.kind == "qa") * MAX_COPIES + b.copy for b in layout])
         return self.person * (2 * MAX_COPIES) + offsets[self.block]
 
@@ -59,15 +73,35 @@ class Slot:
 def resolve(config: BiosConfig, layout: list[Block], start: int, stop: int) -> Slot:
     ends = np.cumsum([b.people for b in layout])
     position = np.arange(start, stop, dtype=np.int64)
-    block = np.searchsorted(ends, position, side="right")
+    period = config.junk_ratio + 1
+    if period == 1:
+        useful, junk = position, np.zeros(len(position), dtype=bool)
+    else:  # run u of J + 1 positions holds useful document u at a keyed place
+        useful = position // period
+        junk = position % period != randint(derive_key(config.seed, "bios", "mix"), useful,
+                                            period)
+    block = np.searchsorted(ends, useful, side="right")
+    block[junk] = len(layout)
     person = np.empty_like(position)
     for b in np.unique(block).tolist():
+        if b == len(layout):
+            person[junk] = junk_people(config, position[junk])
+            continue
         selected = block == b
-        offset = position[selected] - (ends[b] - layout[b].people)
+        offset = useful[selected] - (ends[b] - layout[b].people)
         person[selected] = shuffle_halves(offset, layout[b].people,
                                            derive_key(config.seed, "bios", "order", b))
-    return Slot(position, person, block)
+    return Slot(position, person, block, junk)
 
 
-def total_records(layout: list[Block]) -> int:
-    return sum(b.people for b in layout)
+def junk_people(config: BiosConfig, position: np.ndarray) -> np.ndarray:
+    """The person each junk position writes about: a keyed uniform draw from [people, name
+    space), outside the population, so a name no real person has (the names are a bijection of
+    the person index); the same person, rarely drawn twice, is the same document."""
+    outside = load_pools(config.data_dir).name_space - config.people
+    return config.people + randint(derive_key(config.seed, "bios", "junk"), position, outside)
+
+
+def total_records(layout: list[Block], junk_ratio: int = 0) -> int:
+    """The stream's documents: the useful ones, and junk_ratio junk documents per useful one."""
+    return sum(b.people for b in layout) * (junk_ratio + 1)

@@ -108,16 +108,27 @@ def value_matrix(people: People) -> np.ndarray:
     return np.stack([columns[field] for field in FIELDS], axis=1)
 
 
-def spell(spelled: Spelling, plans: np.ndarray, values: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """Unit ids and document offsets of documents whose sentences are plans[i, :] (plan
-    numbers, in text order), for people with value rows values[i]."""
+def _terms(spelled: Spelling, plans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The term of each output unit of documents whose sentences are plans[i, :], and the
+    number of units of each document."""
     count = spelled.term_count[plans.ravel()]
     ends = np.cumsum(count)
     # output position k holds term term_start[plan] + (k - the plan's first output position)
     term = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(
         spelled.term_start[plans.ravel()] - (ends - count), count)
-    per_doc = count.reshape(plans.shape).sum(axis=1)
+    return term, count.reshape(plans.shape).sum(axis=1)
+
+
+def spell(spelled: Spelling, plans: np.ndarray, values: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Unit ids and document offsets of documents whose sentences are plans[i, :] (plan
+    numbers, in text order), for people with value rows values[i]."""
+    term, per_doc = _terms(spelled, plans)
     row = np.repeat(np.arange(0, values.size, values.shape[1]), per_doc)
     ids = spelled.term_base[term] + values.ravel()[row + spelled.term_field[term]]
     return ids, np.concatenate([[0], np.cumsum(per_doc)])
+
+
+def unit_fields(spelled: Spelling, plans: np.ndarray) -> np.ndarray:
+    """The FIELDS column each unit of `spell(spelled, plans, ...)` spells (0: literal words)."""
+    return spelled.term_field[_terms(spelled, plans)[0]]

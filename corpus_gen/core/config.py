@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -42,6 +42,10 @@ class CorpusConfig:
     # tar and npy headers and padding (shards.py describes both layouts)
     docs_per_sample: int = 1
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    # keys added after corpora were made without them, with the value that writes what those
+    # corpora hold: left out of the fingerprint at that value, so such a corpus (its cache
+    # directory, its runs' saved data positions) keeps its fingerprint
+    ADDED_LATER: ClassVar[dict] = {"docs_per_sample": 1}
 
     def validate(self) -> None:
         """Raise ConfigError for values the schema's types cannot rule out."""
@@ -224,9 +228,8 @@ def config_dict(config: CorpusConfig) -> dict[str, Any]:
 def fingerprint(config: CorpusConfig, version: str) -> str:
     """Identifies the corpus a config generates: same config and code version, same bytes."""
     given = config_dict(config)
-    if given["docs_per_sample"] == 1:
-        # the layout of corpora written before the key existed: they keep their fingerprint
-        # (their cache directory, their runs' saved data positions)
-        del given["docs_per_sample"]
+    for key, value in config.ADDED_LATER.items():
+        if given[key] == value:
+            del given[key]
     payload = json.dumps({"config": given, "version": version}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -1,29 +1,37 @@
-"""Knowledge capacity (Physics of LMs Part 3.3): how many bits of a bioD corpus the model provably
-stores, from its loss on every person's document, against the data's information content.
+"""Knowledge capacity (Physics of LMs Part 3.3): how many bits of a bioD or bioS population the
+model provably stores, from its loss on every person's document, against the data's information
+content.
 
-A bioD corpus (corpus_gen/biod) draws N people with unique names from a name space of N0, and
-for each of K attributes a value of C chunks, each chunk one of the attribute's dictionary of D
-chunks of L tokens from an alphabet of T tokens. `biod.json` holds the parameters, the
-dictionaries and the information content
+A population is N people with distinct names out of a name space of N0, each with a value for
+each of K attributes. bioD (corpus_gen/biod) draws each value as C chunks from the attribute's
+dictionary of D chunks of L tokens over an alphabet of T tokens, the dictionaries themselves at
+random: `biod.json` holds the parameters, the dictionaries and the information content
 
     information_bits = name_bits + value_bits + dictionary_bits
                      = log2 C(N0, N) + N K C log2 D + K log2 C(T^L, D).
 
-Each row of `eval/biod_people.jsonl` is a person's document (token ids, no <eos>) with the
-[start, stop) spans of the name and of each attribute's value. A document is read once,
-teacher-forced as training reads it (attention within the document, positions from its first
-token, the first token predicted at a random other document's <eos>: `document_logprobs`), in
-batches without gradients. With CE_name(i) the summed cross-entropy (nats) of person i's name
-tokens and CE_val(i, k) that of attribute k's value (C L tokens):
+bioS (corpus_gen/bios/capacity.py) draws each value uniformly from a fixed pool of |V_k| (the
+birth date of 12 x 28 x 200, the birth city, university, major and employer; the company city
+is the employer's, scored with it), so its `bios.json` has no dictionary term:
+log2 C(N0, N) + N sum_k log2 |V_k|.
+
+Each row of the eval set (`biod_people`, `bios_people`) is a person's document as training reads
+it, with the spans of the name and of each attribute's value (capacity_data.py). A document is
+read once, teacher-forced as training reads it (attention within the document, positions from
+its first token, the first token predicted at a random other document's <eos>:
+`document_logprobs`), in batches without gradients. With CE_name(i) the summed cross-entropy
+(nats) of person i's name tokens and CE_val(i, k) that of attribute k's value (bioD: its C L
+tokens; bioS: its words, over all its spans), and b_k = C log2 D (bioD) or log2 |V_k| (bioS)
+the bits of one value:
 
 - name bits       = sum_i max(0, log2 N0 - CE_name(i) / ln 2)
-- value bits      = sum_(i,k) max(0, C log2 D - CE_val(i, k) / ln 2)
-- dictionary bits = sum_k sum_(d in dictionary k) max(0, L log2 T + log2 q_k(d)), where q_k(d)
-  is the mean over people of the model's probability of chunk d's L tokens (teacher-forced)
-  where the person's value for k begins; 0 when D >= T^L (every chunk is in the dictionary).
-  For L = 1 that is D entries of the softmax at one position per (person, attribute), read in
-  the same pass for every evaluated person; for L > 1 the D candidate chunks are scored after
-  the document's prefix for `dictionary_people` people, evenly spaced.
+- value bits      = sum_(i,k) max(0, b_k - CE_val(i, k) / ln 2)
+- dictionary bits (bioD) = sum_k sum_(d in dictionary k) max(0, L log2 T + log2 q_k(d)), where
+  q_k(d) is the mean over people of the model's probability of chunk d's L tokens
+  (teacher-forced) where the person's value for k begins; 0 when D >= T^L (every chunk is in
+  the dictionary). For L = 1 that is D entries of the softmax at one position per (person,
+  attribute), read in the same pass for every evaluated person; for L > 1 the D candidate
+  chunks are scored after the document's prefix for `dictionary_people` people, evenly spaced.
 
 `bits` is their sum, `bits_per_param` = bits / the model's non-embedding parameters and
 `bits_per_param_total` = bits / all of them (the paper's ~2 bits/param at 1000 exposures).
@@ -35,21 +43,24 @@ next-token predictor can have: before a document names its person the model cann
 person it is, so a model that knows the whole population gives a name probability at best 1/N
 and scores N log2(N0/N) name bits: log2 C(N0, N) less the order of the names, which the data
 does not fix, at most N log2 e (about that when N << N0; (n/k)^k <= C(n, k) <= (e n/k)^k). A
-model that knows the dictionaries scores K D (L log2 T - log2 D) dictionary bits, K log2
-C(T^L, D) less at most K D log2 e, and one that also knows the people slightly less, by the
-sampling spread of q_k around 1/D (the mean of log2 q_k is at most log2 of its mean). `reachable`
-holds these (what a perfect predictor of the evaluated people scores, the dictionary term up to
-that spread) per term, and `share` the term's measured share of it; the paper's theorem is a
-lower bound of the same shape.
+bioS biography may also state a value before the name ("On October 2, 1996, Anya ... was
+born."), which then costs the model its full bits: a permuted bioS corpus scores a little under
+the values' content even for a perfect model. A model that knows the dictionaries scores K D
+(L log2 T - log2 D) dictionary bits, K log2 C(T^L, D) less at most K D log2 e, and one that
+also knows the people slightly less, by the sampling spread of q_k around 1/D (the mean of
+log2 q_k is at most log2 of its mean). `reachable` holds these (what a perfect predictor of the
+evaluated people scores, the dictionary term up to that spread) per term, and `share` the
+term's measured share of it; the paper's theorem is a lower bound of the same shape.
 
 Results: `bits`, `name_bits`, `value_bits`, `dictionary_bits`, `bits_per_param`,
-`bits_per_param_total`, `information_bits` (biod.json's), `stored_share` = bits /
+`bits_per_param_total`, `information_bits` (from the corpus), `stored_share` = bits /
 information_bits (over all N people: with `max_people` only the first people are evaluated),
 `name_ce` and `value_ce` (mean summed cross-entropy of a name and of a value, nats), `people`
-and `dictionary_people` evaluated, `parameters` and `parameters_total`, the `setting` (N0, N, K,
-C, D, L, T); `per_term` {name, value, dictionary: {information (biod.json's term), reachable,
-share}} and `per_attribute` {k: {value_bits, value_ce, dictionary_bits}}, breakdowns that
-`physlm report` keeps out of its headline table.
+and `dictionary_people` evaluated, `parameters` and `parameters_total`, the `setting` (bioD: N0,
+N, K, C, D, L, T; bioS: N0, N, K and each attribute's number of values); `per_term` {name,
+value, dictionary: {information (the corpus's term), reachable, share}} and `per_attribute`
+{attribute: {value_bits, value_ce, dictionary_bits}}, breakdowns that `physlm report` keeps
+out of its headline table.
 """
 
 import math
@@ -59,25 +70,24 @@ from pathlib import Path
 import numpy as np
 
 from corpus_gen.core.config import require
-from corpus_gen.core.io import read_json_file
-from corpus_gen.core.manifest import read_manifest
 from trainer.errors import TrainError
-from trainer.eval.eval_sets import read_eval_set, verified_corpus_file
+from trainer.eval.capacity_data import (
+    TERMS,
+    Dictionaries,
+    Documents,
+    Population,
+    load_documents,
+    read_population,
+)
 from trainer.eval.registry import EvalContext, Task, register
 
-TEST_SET = "biod_people"
-BIOD = "biod.json"
-NEEDS = "the capacity task needs a bioD corpus (bioS support comes later)"
-TERMS = ("name_bits", "value_bits", "dictionary_bits")
-_FIELDS = {"person": int, "tokens": list, "name_span": list, "value_spans": list,
-           "values": list}
 _CANDIDATE_ROWS = 16384  # L > 1: candidate sequences built at a time (bounds memory)
 
 
 @dataclass
 class CapacityOptions:
     """The experiment's `eval.capacity` group: the first `max_people` people (0: all),
-    `batch_size` documents per forward pass, and for chunks of L > 1 tokens the people the
+    `batch_size` documents per forward pass, and for bioD chunks of L > 1 tokens the people the
     dictionary term is measured on (`dictionary_people`; 0: all evaluated)."""
 
     max_people: int = 0
@@ -89,115 +99,6 @@ class CapacityOptions:
         require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
         require(self.dictionary_people >= 0, "dictionary_people", self.dictionary_people,
                 "must be >= 0 (0: all evaluated people)")
-
-
-@dataclass(frozen=True)
-class Biod:
-    """What evaluation reads of `biod.json`."""
-
-    name_space: int  # N0
-    people: int  # N
-    chunks: int  # C
-    chunk_len: int  # L
-    alphabet: int  # T
-    dictionaries: np.ndarray  # (K, D, L) token ids
-    information: dict[str, float]  # TERMS and information_bits
-
-    @property
-    def attributes(self) -> int:
-        return self.dictionaries.shape[0]
-
-    @property
-    def dictionary_size(self) -> int:
-        return self.dictionaries.shape[1]
-
-
-def read_biod(corpus_dir: Path) -> Biod:
-    """The corpus's `biod.json`, verified; a TrainError naming the corpus when it is no bioD
-    corpus, naming the file when a key is missing or misshapen."""
-    family = read_manifest(corpus_dir).get("family")
-    if family != "biod":
-        raise TrainError(f"{corpus_dir}: a {family or 'family-less'} corpus; {NEEDS}")
-    path = verified_corpus_file(corpus_dir, corpus_dir / BIOD, NEEDS)
-    data = read_json_file(path, TrainError)
-    try:
-        biod = Biod(int(data["N0"]), int(data["people"]), int(data["chunks"]),
-                    int(data["chunk_len"]), int(data["alphabet"]),
-                    np.asarray(data["dictionaries"], dtype=np.int64),
-                    {key: float(data[key]) for key in (*TERMS, "information_bits")})
-        shape = (int(data["attributes"]), int(data["dictionary"]), biod.chunk_len)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TrainError(f"{path}: damaged ({exc!r}); {NEEDS}") from None
-    if biod.dictionaries.shape != shape or min(shape) < 1 or biod.chunks < 1 or not (
-            0 < biod.people <= biod.name_space):
-        raise TrainError(f"{path}: dictionaries are not K x D x L = {shape}, or the setting "
-                         f"is empty; {NEEDS}")
-    return biod
-
-
-@dataclass(frozen=True)
-class People:
-    """The evaluated people's documents, padded with <eos>, and their spans."""
-
-    tokens: np.ndarray  # (P, W)
-    lengths: np.ndarray  # (P,)
-    names: np.ndarray  # (P, 2): [start, stop)
-    values: np.ndarray  # (P, K, 2): [start, stop) of each attribute's value
-
-
-def load_people(context: EvalContext, biod: Biod, max_people: int) -> People:
-    """The first `max_people` rows (0: all) of the eval set, verified: in person order, token
-    ids of the vocabulary, spans inside the document, each value's tokens its chunks from the
-    attribute's dictionary; a TrainError naming the row that is not."""
-    rows = []
-    for row in read_eval_set(context.corpus_dir, TEST_SET, _FIELDS, NEEDS):
-        rows.append(row)
-        if len(rows) == max_people:
-            break
-    if not rows:
-        raise TrainError(f"{context.corpus_dir}: {TEST_SET} has no rows")
-    lengths = np.array([len(row["tokens"]) for row in rows])
-    tokens = np.full((len(rows), lengths.max()), context.tokenizer.eos_id, dtype=np.int64)
-    try:
-        for i, row in enumerate(rows):
-            tokens[i, : lengths[i]] = row["tokens"]
-        names = np.array([row["name_span"] for row in rows], dtype=np.int64).reshape(len(rows), 2)
-        values = np.array([row["value_spans"] for row in rows], dtype=np.int64).reshape(
-            len(rows), biod.attributes, 2)
-        chunks = np.array([row["values"] for row in rows], dtype=np.int64).reshape(
-            len(rows), biod.attributes, biod.chunks)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise TrainError(f"{TEST_SET}: a row's tokens, spans or values are not integers of "
-                         f"biod.json's K x C ({exc}); {NEEDS}") from None
-    vocab_size = context.tokenizer.vocab_size
-    if not ((biod.dictionaries >= 0) & (biod.dictionaries < vocab_size)).all():
-        raise TrainError(f"{BIOD}: a dictionary chunk holds a token id outside the vocabulary's "
-                         f"{vocab_size}; {NEEDS}")
-    _check_rows(rows, tokens, lengths, names, values, chunks, biod, vocab_size)
-    return People(tokens, lengths, names, values)
-
-
-def _check_rows(rows: list[dict], tokens: np.ndarray, lengths: np.ndarray, names: np.ndarray,
-                values: np.ndarray, chunks: np.ndarray, biod: Biod, vocab_size: int) -> None:
-    """A TrainError naming the first row that breaks the eval set's contract."""
-    width = biod.chunks * biod.chunk_len
-    dictionary = biod.dictionaries[np.arange(biod.attributes)[:, None], chunks.clip(
-        0, biod.dictionary_size - 1)]  # (P, K, C, L): the tokens each value should have
-    at = values[..., :1] + np.arange(width)  # (P, K, C L)
-    written = np.take_along_axis(tokens[:, None], at.clip(0, tokens.shape[1] - 1), 2)
-    bad = ((np.array([row["person"] for row in rows]) != np.arange(len(rows)))
-           | (lengths == 0) | (tokens < 0).any(1) | (tokens >= vocab_size).any(1)
-           | (names[:, 0] < 0) | (names[:, 0] >= names[:, 1]) | (names[:, 1] > lengths)
-           | (values[..., 1] - values[..., 0] != width).any(1) | (values[..., 0] < 0).any(1)
-           | (values[..., 1] > lengths[:, None]).any(1)
-           | ((chunks < 0) | (chunks >= biod.dictionary_size)).any((1, 2))
-           | (written != dictionary.reshape(*at.shape)).any((1, 2)))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise TrainError(f"{TEST_SET} row {i}: needs person {i}, token ids below {vocab_size}, "
-                         f"a name span and K = {biod.attributes} value spans of C L = {width} "
-                         f"tokens inside the document, each holding its values' chunks from "
-                         f"biod.json's dictionaries; {NEEDS}")
 
 
 def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndarray,
@@ -237,20 +138,23 @@ def document_logprobs(context: EvalContext, tokens: np.ndarray, lengths: np.ndar
             width = int(lengths[rows].max())
             target = torch.from_numpy(tokens[rows, :width]).to(context.device)
             logits = model(torch.cat([target, eos.expand(len(rows), 1)], 1))  # [b, w+1, V]
-            logp = logits.log_softmax(-1)
+            # log-probabilities are gathered logits less their law's log-normalizer: no
+            # log_softmax over every position's whole vocabulary
+            norm = logits.logsumexp(-1, keepdim=True)  # [b, w+1, 1]
             b = torch.arange(len(rows), device=context.device)
-            scores = torch.empty(target.shape, dtype=logp.dtype, device=context.device)
-            scores[:, 1:] = logp[:, : width - 1].gather(-1, target[:, 1:, None])[..., 0]
+            scores = torch.empty(target.shape, dtype=logits.dtype, device=context.device)
+            scores[:, 1:] = (logits[:, : width - 1].gather(-1, target[:, 1:, None])
+                             - norm[:, : width - 1])[..., 0]
             # a first token after a random document's <eos>: the batch's <eos> laws mixed
             ends = torch.from_numpy(lengths[rows]).to(context.device)
-            first = logp[b, ends].logsumexp(0) - math.log(len(rows))  # [V]
+            first = (logits[b, ends] - norm[b, ends]).logsumexp(0) - math.log(len(rows))  # [V]
             scores[:, 0] = first[target[:, 0]]
             out[rows, :width] = scores.double().cpu().numpy()
             if candidates is not None:
                 where = torch.from_numpy(at[rows]).to(context.device) - 1  # [b, K]
-                picked = logp[b[:, None], where].gather(
-                    -1, candidates_on[None].expand(len(rows), -1, -1))  # [b, K, D]
-                mass += picked.double().exp().sum(0).cpu()
+                picked = logits[b[:, None], where].gather(
+                    -1, candidates_on[None].expand(len(rows), -1, -1)) - norm[b[:, None], where]
+                mass += picked.double().exp().sum(0).cpu()  # [K, D]
     out[np.arange(tokens.shape[1]) >= lengths[:, None]] = 0.0
     return out, None if candidates is None else mass.numpy()
 
@@ -263,19 +167,19 @@ def span_sums(logprobs: np.ndarray, spans: np.ndarray) -> np.ndarray:
     return (sums[:, 1::2] - sums[:, ::2]).reshape(spans.shape[:-1])
 
 
-def chunk_mass(context: EvalContext, people: People, biod: Biod, sample: np.ndarray,
-               batch_size: int) -> np.ndarray:
+def chunk_mass(context: EvalContext, documents: Documents, biod: Dictionaries,
+               sample: np.ndarray, batch_size: int) -> np.ndarray:
     """(K, D): over the `sample` people, the summed probability of each of attribute k's D
     chunks (its L tokens, teacher-forced) right after the document's prefix up to the person's
     value for k. Built in blocks of candidate sequences, each a prefix and one chunk."""
-    size, chunk_len = biod.dictionary_size, biod.chunk_len
-    mass = np.zeros((biod.attributes, size))
+    size, chunk_len = biod.size, biod.chunk_len
+    mass = np.zeros((len(biod.dictionaries), size))
     step = max(1, _CANDIDATE_ROWS // size)
-    for k in range(biod.attributes):
+    for k in range(len(biod.dictionaries)):
         for lo in range(0, len(sample), step):
             who = sample[lo : lo + step]
-            start = np.repeat(people.values[who, k, 0], size)  # (b D,)
-            tokens = np.repeat(people.tokens[who, : start.max() + chunk_len], size, 0)
+            start = np.repeat(documents.values[who, k, 0, 0], size)  # (b D,)
+            tokens = np.repeat(documents.tokens[who, : start.max() + chunk_len], size, 0)
             at = start[:, None] + np.arange(chunk_len)
             np.put_along_axis(tokens, at, np.tile(biod.dictionaries[k], (len(who), 1)), 1)
             logprobs, _ = document_logprobs(context, tokens, start + chunk_len, batch_size)
@@ -284,20 +188,22 @@ def chunk_mass(context: EvalContext, people: People, biod: Biod, sample: np.ndar
     return mass
 
 
-def reachable_bits(biod: Biod, people: int) -> dict[str, float]:
+def reachable_bits(population: Population, people: int) -> dict[str, float]:
     """What a perfect next-token predictor scores on `people` of the N people: each name at best
-    1/N, each value exactly, the dictionaries' chunks at 1/D each (up to q_k's spread)."""
-    dictionary = biod.chunk_len * math.log2(biod.alphabet) - math.log2(biod.dictionary_size)
-    return {"name_bits": people * math.log2(biod.name_space / biod.people),
-            "value_bits": people * biod.attributes * biod.chunks * math.log2(
-                biod.dictionary_size),
-            "dictionary_bits": biod.attributes * biod.dictionary_size * max(0.0, dictionary)}
+    1/N, each value exactly, bioD's dictionaries' chunks at 1/D each (up to q_k's spread)."""
+    biod, dictionary = population.dictionaries, 0.0
+    if biod is not None:
+        free = biod.chunk_len * math.log2(biod.alphabet) - math.log2(biod.size)
+        dictionary = len(biod.dictionaries) * biod.size * max(0.0, free)
+    return {"name_bits": people * math.log2(population.name_space / population.people),
+            "value_bits": people * float(population.value_bits.sum()),
+            "dictionary_bits": dictionary}
 
 
-def dictionary_bits(mass: np.ndarray, people: int, biod: Biod) -> np.ndarray:
+def dictionary_bits(mass: np.ndarray, people: int, biod: Dictionaries) -> np.ndarray:
     """(K,): sum_d max(0, L log2 T + log2 q_k(d)), q_k = mass / people; 0 when D >= T^L."""
     free = biod.chunk_len * math.log2(biod.alphabet)
-    if free <= math.log2(biod.dictionary_size):
+    if free <= math.log2(biod.size):
         return np.zeros(len(mass))
     with np.errstate(divide="ignore"):  # a chunk the model never gives: log2 0, clipped to 0
         return np.maximum(0.0, free + np.log2(mass / people)).sum(1)
@@ -308,31 +214,43 @@ def _share(bits: float, whole: float) -> float | None:
     return bits / whole if whole > 0 else None
 
 
-def run(context: EvalContext, options: CapacityOptions) -> dict:
-    biod = read_biod(context.corpus_dir)
-    people = load_people(context, biod, options.max_people)
-    count = len(people.lengths)
-    single = biod.chunk_len == 1
-    logprobs, mass = document_logprobs(
-        context, people.tokens, people.lengths, options.batch_size,
-        people.values[..., 0] if single else None,
-        biod.dictionaries[..., 0] if single else None)
+def _dictionary_term(context: EvalContext, population: Population, documents: Documents,
+                     options: CapacityOptions, mass: np.ndarray | None
+                     ) -> tuple[np.ndarray, int]:
+    """(K,) dictionary bits and the people they were measured on: bioD's, from the chunk
+    probabilities `mass` of the documents' pass (L = 1) or a pass of their own (L > 1)."""
+    biod, count = population.dictionaries, len(documents.lengths)
+    if biod is None:
+        return np.zeros(len(population.attributes)), 0
     sample = np.arange(count)
-    if not single:
+    if mass is None:
         wanted = min(count, options.dictionary_people or count)
         sample = np.unique(np.linspace(0, count - 1, wanted).round().astype(np.int64))
-        mass = chunk_mass(context, people, biod, sample, options.batch_size)
-    name_ce = -span_sums(logprobs, people.names[:, None])[:, 0]  # (P,)
-    value_ce = -span_sums(logprobs, people.values)  # (P, K)
-    value = np.maximum(0.0, biod.chunks * math.log2(biod.dictionary_size)
-                       - value_ce / math.log(2))  # (P, K)
-    per_dictionary = dictionary_bits(mass, len(sample), biod)
-    terms = {"name_bits": float(np.maximum(0.0, math.log2(biod.name_space)
+        mass = chunk_mass(context, documents, biod, sample, options.batch_size)
+    return dictionary_bits(mass, len(sample), biod), len(sample)
+
+
+def run(context: EvalContext, options: CapacityOptions) -> dict:
+    population = read_population(context.corpus_dir)
+    documents = load_documents(context, population, options.max_people)
+    count = len(documents.lengths)
+    biod = population.dictionaries
+    single = biod is not None and biod.chunk_len == 1  # the chunks' law read in the same pass
+    logprobs, mass = document_logprobs(
+        context, documents.tokens, documents.lengths, options.batch_size,
+        documents.values[:, :, 0, 0] if single else None,
+        biod.dictionaries[..., 0] if single else None)
+    per_dictionary, dictionary_people = _dictionary_term(context, population, documents,
+                                                         options, mass)
+    name_ce = -span_sums(logprobs, documents.names[:, None])[:, 0]  # (P,)
+    value_ce = -span_sums(logprobs, documents.values).sum(2)  # (P, K): over each value's spans
+    value = np.maximum(0.0, population.value_bits - value_ce / math.log(2))  # (P, K)
+    terms = {"name_bits": float(np.maximum(0.0, math.log2(population.name_space)
                                            - name_ce / math.log(2)).sum()),
              "value_bits": float(value.sum()), "dictionary_bits": float(per_dictionary.sum())}
     bits = sum(terms.values())
-    reachable = reachable_bits(biod, count)
-    information = biod.information
+    reachable = reachable_bits(population, count)
+    information = population.information
     parameters = context.model.num_parameters(non_embedding=True)
     parameters_total = context.model.num_parameters(non_embedding=False)
     return {
@@ -341,18 +259,16 @@ def run(context: EvalContext, options: CapacityOptions) -> dict:
         "information_bits": information["information_bits"],
         "stored_share": _share(bits, information["information_bits"]),
         "name_ce": float(name_ce.mean()), "value_ce": float(value_ce.mean()),
-        "people": count, "dictionary_people": len(sample),
+        "people": count, "dictionary_people": dictionary_people,
         "parameters": parameters, "parameters_total": parameters_total,
-        "setting": {"N0": biod.name_space, "N": biod.people, "K": biod.attributes,
-                    "C": biod.chunks, "D": biod.dictionary_size, "L": biod.chunk_len,
-                    "T": biod.alphabet},
+        "setting": population.setting,
         "per_term": {key.removesuffix("_bits"): {
             "information": information[key], "reachable": reachable[key],
             "share": _share(terms[key], reachable[key])} for key in TERMS},
-        "per_attribute": {str(k): {"value_bits": float(value[:, k].sum()),
-                                   "value_ce": float(value_ce[:, k].mean()),
-                                   "dictionary_bits": float(per_dictionary[k])}
-                          for k in range(biod.attributes)},
+        "per_attribute": {attribute: {"value_bits": float(value[:, k].sum()),
+                                      "value_ce": float(value_ce[:, k].mean()),
+                                      "dictionary_bits": float(per_dictionary[k])}
+                          for k, attribute in enumerate(population.attributes)},
     }
 
 
