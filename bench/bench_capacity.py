@@ -7,10 +7,10 @@ CPU thread for the quickstart's model.
 The corpus (--family biod): `physlm gen configs/corpus/biod.yaml people=--people
 name_pools=--name-pools` (bioS's pools by default, 400 x 400 x 1000: the shipped 40^3 names
 cannot hold 100,000 people; C = L = 1: the dictionary term is read off the same pass); or
-(--family bios) `configs/corpus/bios_s_single.yaml people=--people` with the quickstart's
-tokenizer size (2,048), whose biographies are about 7x bioD's documents; generated into a
-temporary directory, or --corpus-dir. The model: the
-quickstart's (configs/model/gpt_tiny.yaml: 4 layers x d_model 128, rope; vocab from the corpus),
+(--family bios) `configs/corpus/bios_s_single.yaml people=--people capacity=true` with the
+quickstart's tokenizer size (2,048), whose biographies are about 7x bioD's documents; generated
+into a temporary directory, or --corpus-dir. The model: the quickstart's
+(configs/model/gpt_tiny.yaml: 4 layers x d_model 128, rope; vocab from the corpus),
 randomly initialised with --seed, fp32 on the CPU: the task runs the same operations whatever
 the weights. Timed per round: `trainer.eval.capacity.run` whole (reading and verifying the eval
 set, the forward passes, the bits), and apart its two parts, `load_documents` (bioS: with the
@@ -65,7 +65,7 @@ def main() -> None:
             generate(corpus_dir, "biod", [f"people={args.people}",
                                           f"name_pools=[{args.name_pools}]"])
         else:
-            generate(corpus_dir, "bios_s_single", [f"people={args.people}",
+            generate(corpus_dir, "bios_s_single", [f"people={args.people}", "capacity=true",
                                                    "tokenizer.vocab_size=2048"])
     model = quickstart_model(corpus_dir, args.seed)
     context = EvalContext(model, load_tokenizer(corpus_dir, read_manifest(corpus_dir)),
