@@ -219,3 +219,28 @@ def test_with_junk_and_the_domain_token_rows_are_the_useful_biographies_as_train
     info = json.loads((tmp_path / "c" / "bios.json").read_text())
     assert summary["information_bits"] == info["information_bits"]
     assert summary["junk_documents"] == 3 * summary["useful_documents"] == 3 * 60
+
+
+def test_a_damaged_bios_json_is_named(bios_corpus, tmp_path):
+    import shutil
+
+    from tests.conftest import record_corpus_file
+    from trainer.errors import TrainError
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(bios_corpus, corpus)
+    path = corpus / "bios.json"
+    data = json.loads(path.read_text())
+    data["attributes"]["major"]["values"] = 0
+    path.write_text(json.dumps(data))
+    record_corpus_file(corpus, "bios.json")
+    tokenizer = load_tokenizer(corpus, read_manifest(corpus))
+    context = real_context(corpus, UniformModel(tokenizer.vocab_size), tmp_path)
+    with pytest.raises(TrainError, match="bios.json: no attributes, an attribute without "
+                       "values or spans"):
+        capacity.run(context, capacity.CapacityOptions())
+    del data["attributes"]
+    path.write_text(json.dumps(data))
+    record_corpus_file(corpus, "bios.json")
+    with pytest.raises(TrainError, match=r"bios.json: damaged \(KeyError\('attributes'\)\)"):
+        capacity.run(context, capacity.CapacityOptions())

@@ -124,7 +124,7 @@ def _read_bios(corpus_dir: Path) -> Population:
                       for entry in attributes.values())
         population = Population(
             int(data["N0"]), int(data["people"]), tuple(counts),
-            np.log2(np.array(list(counts.values()), dtype=np.float64)), _terms(data),
+            np.log2(np.maximum(1, list(counts.values())), dtype=np.float64), _terms(data),
             {"N0": int(data["N0"]), "N": int(data["people"]), "K": len(counts),
              "values": counts}, str(data["eval_set"]), parts=parts)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
