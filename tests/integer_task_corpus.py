@@ -4,6 +4,7 @@ the check that a corpus does not depend on the worker count or the shard size, a
 chi-square test of draws against their law."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,25 +43,35 @@ def readable_words(names: list[str]) -> list[str]:
 def assert_independent_of_workers_and_shard_size(family: str, overrides: list[str],
                                                  tmp_path: Path, samples: int = 700,
                                                  sized_by: list[str] | None = None) -> None:
+    """`assert_corpus_independent_of_workers_and_shard_size` for a family's config from
+    overrides. `sized_by`: the overrides that make a corpus of `samples` training documents, for
+    a family without a `samples` key (default: samples=<samples>)."""
+    assert_corpus_independent_of_workers_and_shard_size(
+        lambda per_shard: family_config(family, *overrides,
+                                        *(sized_by or [f"samples={samples}"]),
+                                        f"records_per_shard={per_shard}"), tmp_path, samples)
+
+
+def assert_corpus_independent_of_workers_and_shard_size(
+        config: Callable[[int], CorpusConfig], tmp_path: Path, records: int) -> None:
     """Two workers write every file of one worker byte for byte (the datasheet's timings
-    aside), and 1,000 documents a shard hold the same documents as 150. `sized_by`: the
-    overrides that make a corpus of `samples` training documents, for a family without a
-    `samples` key (default: samples=<samples>)."""
+    aside), and 1,000 documents a shard hold the same documents and eval sets as 150; `config`
+    gives the corpus's config for a number of records a shard, `records` its training
+    documents."""
     def gen(name: str, workers: int, per_shard: int) -> tuple[Path, dict]:
-        config = family_config(family, *overrides, *(sized_by or [f"samples={samples}"]),
-                               f"records_per_shard={per_shard}")
         out = tmp_path / name
-        return out, generate_corpus(config, out, workers=workers, progress=False,
+        return out, generate_corpus(config(per_shard), out, workers=workers, progress=False,
                                     log=lambda *_: None)
 
     one, two, big = gen("one", 1, 150), gen("two", 2, 150), gen("big", 1, 1000)
     files = [{p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
               if p.is_file() and p.name != "datasheet.md"} for out, _ in (one, two)]
-    assert len([n for n in files[0] if n.startswith("train/")]) == -(-samples // 150)
+    assert one[1]["records"] == records
+    assert len([n for n in files[0] if n.startswith("train/")]) == -(-records // 150)
     assert files[0] == files[1]
     assert _shard_contents(*one) == _shard_contents(*big)
-    (eval_set,) = [n for n in files[0] if n.startswith("eval/")]
-    assert (big[0] / eval_set).read_bytes() == files[0][eval_set]
+    eval_sets = [n for n in files[0] if n.startswith("eval/")]
+    assert eval_sets and all((big[0] / n).read_bytes() == files[0][n] for n in eval_sets)
 
 
 def _shard_contents(out: Path, manifest: dict) -> list[tuple[bytes, bytes, str]]:

@@ -5,7 +5,6 @@ never in a split or an eval set; `<useful>` first in exactly the useful document
 the usual independence of workers and shard size, and refusal of bad input naming the key."""
 
 import hashlib
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from corpus_gen.core.seeding import derive_key, randint
 from corpus_gen.core.shards import read_shard
 from corpus_gen.core.tokenizer import Tokenizer
 from launch.cli import main
+from tests.integer_task_corpus import assert_corpus_independent_of_workers_and_shard_size
 
 ROOT = Path(__file__).resolve().parent.parent
 PIECE = "\u2581<useful>"
@@ -190,25 +190,11 @@ def test_domain_token_starts_exactly_the_useful_documents_as_one_token(bios_conf
 
 def test_corpus_is_byte_identical_whatever_the_workers_and_the_shard_size(bios_config,
                                                                           tmp_path):
-    def gen(name: str, workers: int, per_shard: int) -> tuple[Path, dict]:
-        config = bios_config(people=100, variant="multi2", mode="mix", junk_ratio=3,
-                             domain_token=True, records_per_shard=per_shard)
-        out = tmp_path / name
-        return out, generate_corpus(config, out, workers=workers, progress=False,
-                                    log=lambda *_: None)
-
-    one, two, big = gen("one", 1, 150), gen("two", 2, 150), gen("big", 1, 1000)
-    files = [{p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-              if p.is_file() and p.name != "datasheet.md"} for out, _ in (one, two)]
-    assert one[1]["records"] == 1000  # (200 biographies + 50 QA) x (1 + 3)
-    assert len([n for n in files[0] if n.startswith("train/")]) == 7
-    assert files[0] == files[1]
-
-    def contents(out: Path, manifest: dict) -> list:
-        return [(d["ids"].tobytes(), d["mask"].tobytes(), json.dumps(d["json"]))
-                for d in _shard_documents(out, manifest)]
-
-    assert contents(*one) == contents(*big)
+    # (200 biographies + 50 QA) x (1 + 3)
+    assert_corpus_independent_of_workers_and_shard_size(
+        lambda per_shard: bios_config(people=100, variant="multi2", mode="mix", junk_ratio=3,
+                                      domain_token=True, records_per_shard=per_shard),
+        tmp_path, 1000)
 
 
 @pytest.mark.parametrize("overrides, key", [
