@@ -21,7 +21,7 @@ from trainer.errors import TrainError
 from trainer.model import GPT
 
 FREEZE_GROUPS = {"token_embeddings": "tok_emb.weight", "positions": "positional.*",
-                 "output_head": "lm_head.weight"}
+                 "output_head": "lm_head.*"}  # its bias too (model.head_bias)
 # what a checkpoint's optimizer state was made under: a resume refuses a change in any
 OPTIMIZER_KEYS = ("optimizer", "momentum", "freeze")
 

@@ -70,6 +70,8 @@ def layout_for(config: ModelConfig) -> Layout:
     layout = _nearest(config, same_pos)
     if config.canon:
         _refuse(f"model.canon={config.canon!r} (Canon layers: no HF class has them)")
+    if config.head_bias:
+        _refuse("model.head_bias=True (no HF class has a bias on its output head)")
     switched_on = [f"model.{name}" for name, option in block_options().items()
                    if getattr(config, name, None) not in (None, option.options())]
     if switched_on:

@@ -49,6 +49,10 @@ class ModelConfig:
     norm: str = "layernorm"  # layernorm | rmsnorm | none (identity: no parameters)
     mlp: str = "gelu"  # gelu | swiglu | none (attention-only blocks: no MLP, no second norm)
     tie_embeddings: bool = True
+    # a bias on the output head's logits (zeros at init, no weight decay), whatever `bias` says:
+    # the Markov sandbox's model (Makkuva et al.'s code) has one, and its unigram solution is
+    # that bias alone; no HF layout has it, so export refuses it
+    head_bias: bool = False
     # a registered encoding: learned | rope | alibi | relative | none, or Part 1's content-free
     # pos_only (per-layer relative-position tables) | uniform (head h: mean of 2^h - 1 tokens)
     pos: str = "rope"

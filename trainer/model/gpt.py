@@ -146,7 +146,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config, self.positional, layer)
                                     for layer in range(config.n_layer))
         self.norm = make_norm(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=config.head_bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
 
