@@ -44,8 +44,8 @@ person it is, so a model that knows the whole population gives a name probabilit
 and scores N log2(N0/N) name bits: log2 C(N0, N) less the order of the names, which the data
 does not fix, at most N log2 e (about that when N << N0; (n/k)^k <= C(n, k) <= (e n/k)^k). A
 bioS biography may also state a value before the name ("On October 2, 1996, Anya ... was
-born."), which then costs the model its full bits: a permuted bioS corpus scores a little under
-the values' content even for a perfect model. A model that knows the dictionaries scores K D
+born."), which then costs the model its full bits: a bioS corpus scores a little under the
+values' content even for a perfect model. A model that knows the dictionaries scores K D
 (L log2 T - log2 D) dictionary bits, K log2 C(T^L, D) less at most K D log2 e, and one that
 also knows the people slightly less, by the sampling spread of q_k around 1/D (the mean of
 log2 q_k is at most log2 of its mean). `reachable` holds these (what a perfect predictor of the
