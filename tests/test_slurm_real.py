@@ -171,6 +171,10 @@ def lab(cluster, tmp_path_factory) -> Lab:
              lambda: state(train)[1] == "BeginTime" or state(train)[0] in ENDED)
     assert state(train)[1] == "BeginTime", f"train job {train} not requeued: {state(train)}"
     lab.requeue_status = lab.status("tiny")
+    # slurmd refuses a job started in the second its previous run's credential was revoked
+    # ("Job credential revoked"; times in whole seconds), which Slurm's own two-minute wait
+    # never meets: start it again a second later
+    time.sleep(1.5)
     cluster.run("scontrol", "update", f"jobid={train}", "StartTime=now")
 
     keys = [key for root in ("broken", "tiny", "sw") for job in lab.jobs(root)

@@ -276,7 +276,8 @@ def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resu
     from launch.status import checkpoint_step
 
     path = write_sweep(tmp_path, "grid: {model.pos: [rope]}\n")
-    command = [sys.executable, "-m", "launch.cli", "sweep", str(path), "train.max_steps=150",
+    # steps enough that the run cannot end before the interrupt reaches it (150 took ~2 s)
+    command = [sys.executable, "-m", "launch.cli", "sweep", str(path), "train.max_steps=600",
                "train.ckpt_every=1000", "eval.tasks=[]"]
     sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -288,7 +289,7 @@ def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resu
     out, _ = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, out
     stopped = checkpoint_step(run_dir)
-    assert 0 < stopped < 150  # saved off the ckpt_every grid, on request
+    assert 0 < stopped < 600  # saved off the ckpt_every grid, on request
     assert json.loads((run_dir / "job.json").read_text())["state"] == "stopped"
     assert "train  | pos-rope: stopped; a rerun resumes" in out
     row, = statuses(tmp_path / "runs/sweep")
@@ -297,7 +298,7 @@ def test_interrupting_a_sweep_stops_its_run_with_a_checkpoint_and_the_rerun_resu
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resumed from {run_dir.relative_to(tmp_path)}/checkpoints/step-{stopped:06d}" in \
         (run_dir / "log.txt").read_text()
-    assert checkpoint_step(run_dir) == 150
+    assert checkpoint_step(run_dir) == 600
 
 
 def test_a_launch_is_refused_while_a_run_of_the_plan_is_still_being_trained(tmp_path,
