@@ -30,7 +30,7 @@ from corpus_gen.bios.config import DOMAIN_TOKEN, MAX_COPIES, BiosConfig
 from corpus_gen.bios.people import ATTRIBUTES, DAYS, MONTHS, YEARS, draw_people, person_dicts
 from corpus_gen.bios.pools import Pools, load_pools
 from corpus_gen.bios.units import (
-    FIELDS,
+    COLUMN,
     SLOT_FIELDS,
     spell,
     spelling,
@@ -102,19 +102,16 @@ def rows(config: BiosConfig) -> Iterator[dict]:
                    "values": {attribute: who[attribute] for attribute in ATTRIBUTES}}
 
 
-_FIELD_OF = {field: FIELDS.index(field) for field in FIELDS}
-
-
 def _spans(fields: np.ndarray, lengths: np.ndarray, offset: int) -> dict:
     """Character spans of a document's units, its text starting `offset` characters in: the
     name's first three (first, middle, last) and each attribute's value units."""
     starts = offset + np.concatenate([[0], np.cumsum(lengths)[:-1]])
     ends = starts + lengths - 1
 
-    first = np.flatnonzero(fields == _FIELD_OF["first"])[0]
+    first = np.flatnonzero(fields == COLUMN["first"])[0]
     name = [int(starts[first]), int(ends[first + 2])]
     values = {}
     for attribute in ATTRIBUTES:
-        where = np.flatnonzero(np.isin(fields, [_FIELD_OF[f] for f in SLOT_FIELDS[attribute]]))
+        where = np.flatnonzero(np.isin(fields, [COLUMN[f] for f in SLOT_FIELDS[attribute]]))
         values[attribute] = [int(starts[where[0]]), int(ends[where[-1]])]
     return {"name_span": name, "value_spans": values}

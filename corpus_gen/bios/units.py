@@ -26,7 +26,7 @@ FIELDS = ("fixed", "first", "middle", "last", "month_day", "year", "birth_city",
 # The fields that spell each slot, in text order.
 SLOT_FIELDS = {"name": ("first", "middle", "last"), "birth_date": ("month_day", "year"),
                **{a: (a,) for a in ATTRIBUTES if a != "birth_date"}}
-_COLUMN = {field: column for column, field in enumerate(FIELDS)}
+COLUMN = {field: column for column, field in enumerate(FIELDS)}  # a field's column
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,13 @@ def spelling(pools: Pools) -> Spelling:
                 for term in plan[mode]:
                     if term.slot is None:
                         term_base.append(base(term.prefix, "fixed", ""))
-                        term_field.append(_COLUMN["fixed"])
+                        term_field.append(COLUMN["fixed"])
                         continue
                     fields = SLOT_FIELDS[attribute if term.slot == "value" else term.slot]
                     for k, field in enumerate(fields):
                         term_base.append(base(term.prefix if k == 0 else "", field,
                                               term.suffix if k == len(fields) - 1 else ""))
-                        term_field.append(_COLUMN[field])
+                        term_field.append(COLUMN[field])
                 counts.append(len(term_base) - starts[-1])
     return Spelling(Units(strings), np.array(starts), np.array(counts), np.array(term_base),
                     np.array(term_field))

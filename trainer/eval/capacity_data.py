@@ -227,7 +227,7 @@ def _bios_documents(context: EvalContext, population: Population, rows: list[dic
     whole words (a value's word with its glued punctuation counts whole)."""
     tokenizer = context.tokenizer
     width = max(map(len, population.parts))
-    counts: dict[str, int] = {}  # tokens per word, cached: biographies share their words
+    pieces: dict[str, list[int]] = {}  # each word's tokens, cached: biographies share words
     documents, spans = [], []  # spans: the name's, then each attribute's parts, padded
     bad = np.zeros(len(rows), dtype=bool)
     for i, row in enumerate(rows):
@@ -236,15 +236,15 @@ def _bios_documents(context: EvalContext, population: Population, rows: list[dic
             if "" in words:  # not single-space separated: its tokens would not be its words'
                 raise ValueError(row["text"])
             for word in words:
-                if word not in counts:
-                    counts[word] = tokenizer.count(tokenizer.encode_bytes(word))
+                if word not in pieces:
+                    pieces[word] = tokenizer.encode(word)
             starts = np.cumsum([0] + [len(word) + 1 for word in words])  # ends: len(text) + 1
-            cumulative = np.cumsum([0] + [counts[word] for word in words])
+            cumulative = np.cumsum([0] + [len(pieces[word]) for word in words])
             char_spans = [[row["name_span"]]] + [
                 [row["value_spans"][part] for part in parts] for parts in population.parts]
             spans.append([[_word_span(starts, cumulative, span) for span in group]
                           + [[0, 0]] * (width - len(group)) for group in char_spans])
-            documents.append(tokenizer.encode(row["text"]))
+            documents.append([token for word in words for token in pieces[word]])
         except (KeyError, TypeError, ValueError):  # a missing part, a span off the words
             bad[i] = True
             spans.append([[[0, 0]] * width] * (1 + len(population.parts)))
