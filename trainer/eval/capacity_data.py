@@ -227,7 +227,7 @@ def _bios_documents(context: EvalContext, population: Population, rows: list[dic
     whole words (a value's word with its glued punctuation counts whole)."""
     tokenizer = context.tokenizer
     width = max(map(len, population.parts))
-    pieces: dict[str, list[int]] = {}  # each word's tokens, cached: biographies share words
+    pieces: dict[str, bytes] = {}  # each word's token bytes, cached: biographies share words
     documents, spans = [], []  # spans: the name's, then each attribute's parts, padded
     bad = np.zeros(len(rows), dtype=bool)
     for i, row in enumerate(rows):
@@ -237,14 +237,15 @@ def _bios_documents(context: EvalContext, population: Population, rows: list[dic
                 raise ValueError(row["text"])
             for word in words:
                 if word not in pieces:
-                    pieces[word] = tokenizer.encode(word)
+                    pieces[word] = tokenizer.encode_bytes(word)
             starts = np.cumsum([0] + [len(word) + 1 for word in words])  # ends: len(text) + 1
-            cumulative = np.cumsum([0] + [len(pieces[word]) for word in words])
+            cumulative = np.cumsum([0] + [tokenizer.count(pieces[word]) for word in words])
             char_spans = [[row["name_span"]]] + [
                 [row["value_spans"][part] for part in parts] for parts in population.parts]
             spans.append([[_word_span(starts, cumulative, span) for span in group]
                           + [[0, 0]] * (width - len(group)) for group in char_spans])
-            documents.append([token for word in words for token in pieces[word]])
+            documents.append(np.frombuffer(b"".join(pieces[word] for word in words),
+                                           dtype=tokenizer.dtype))
         except (KeyError, TypeError, ValueError):  # a missing part, a span off the words
             bad[i] = True
             spans.append([[[0, 0]] * width] * (1 + len(population.parts)))
