@@ -57,7 +57,7 @@ class CanonInputs:
                 reads = reads & torch.cat(self.same, -1).cpu()
             # the lags a token reads run 1..reach: the first lag it does not read ends them
             reach = reads.long().cumprod(-1).sum(-1)  # [B or 1, T] or [T]
-            self._reach[batch, length] = reach.expand(batch, length).reshape(-1)
+            self._reach[batch, length] = reach.expand(batch, length).reshape(-1).contiguous()
         return self._reach[batch, length]
 
 
@@ -81,8 +81,9 @@ def canon_inputs(kernel: int, batch: int, doc: Tensor | None, cache: KVCache | N
 
 class CanonConv(torch.autograd.Function):
     """One site's convolution on CPU: z_n = sum_j w[:, K-1-j] * x_(n-j) + extra * x_n for each
-    part x [B, T, C_i] of its input, w [C, K] split by the parts' widths, over the taps that
-    read their own row and document (j <= reach[n], reach [B * T])."""
+    part x [B, T, C_i] of its input, w [C, K] (or the module's weight, [C, 1, K]) split by the
+    parts' widths, over the taps that read their own row and document (j <= reach[n], reach
+    [B * T])."""
 
     @staticmethod
     def forward(ctx, w: Tensor, reach: Tensor, extra: float, *xs: Tensor) -> tuple[Tensor, ...]:
@@ -90,25 +91,22 @@ class CanonConv(torch.autograd.Function):
 
         dtype = torch.promote_types(xs[0].dtype, w.dtype)  # what x * w would be
         flats = [x.detach().contiguous().view(-1, x.shape[-1]).to(dtype) for x in xs]  # [N, C_i]
-        taps = [part.t().to(dtype, copy=True).contiguous()  # [K, C_i]
-                for part in w.detach().split([x.shape[-1] for x in xs])]
-        for part in taps:
-            part[-1] += extra
-        ctx.save_for_backward(reach, *flats, *taps)
-        ctx.dtypes = xs[0].dtype, w.dtype
-        return tuple(z.view(x.shape) for z, x in zip(canon_cpu.forward(flats, taps, reach), xs))
+        taps = w.detach().view(w.shape[0], -1).to(dtype).contiguous()  # [C, K]
+        ctx.save_for_backward(reach, taps, *flats)
+        ctx.extra, ctx.dtypes, ctx.shape = extra, (xs[0].dtype, w.dtype), w.shape
+        zs = canon_cpu.forward(flats, taps, extra, reach)
+        return tuple(z.view(x.shape) for z, x in zip(zs, xs))
 
     @staticmethod
     def backward(ctx, *dzs: Tensor) -> tuple[Tensor | None, ...]:
         from trainer.model import canon_cpu
 
-        reach, *saved = ctx.saved_tensors
-        flats, taps = saved[:len(dzs)], saved[len(dzs):]
-        dxs, dtaps = canon_cpu.backward(
+        reach, taps, *flats = ctx.saved_tensors
+        dxs, dw = canon_cpu.backward(
             [dz.contiguous().view(x.shape).to(x.dtype) for dz, x in zip(dzs, flats)],
-            flats, taps, reach)  # [N, C_i] and [K, C_i] each
-        dw = torch.cat([part.t() for part in dtaps]).to(ctx.dtypes[1])  # [C, K]
-        return dw, None, None, *(dx.view(dz.shape).to(ctx.dtypes[0]) for dx, dz in zip(dxs, dzs))
+            flats, taps, ctx.extra, reach)  # [N, C_i] each, and [C, K]
+        return (dw.view(ctx.shape).to(ctx.dtypes[1]), None, None,
+                *(dx.view(dz.shape).to(ctx.dtypes[0]) for dx, dz in zip(dxs, dzs)))
 
 
 class Canon(nn.Conv1d):
@@ -126,12 +124,12 @@ class Canon(nn.Conv1d):
         # pass over the activations less, forward and backward
         folded = self.residual and not self.activation
         extra = 1.0 if folded else 0.0
-        x, w = parts[0], self.weight[:, 0]  # [C, K]
+        x, w = parts[0], self.weight  # [C, 1, K]
         if (inputs.cache is None and not torch.compiler.is_compiling() and x.device.type == "cpu"
                 and torch.promote_types(x.dtype, w.dtype) in (torch.float32, torch.float64)):
             ys = CanonConv.apply(w, inputs.reach(x), extra, *parts)
         else:
-            weights = w.split([part.shape[-1] for part in parts])  # [C_i, K] each
+            weights = w[:, 0].split([part.shape[-1] for part in parts])  # [C_i, K] each
             ys = [_masked_sum(part, w_i, inputs, (layer, f"canon_{self.site}.{i}"), extra)
                   for i, (part, w_i) in enumerate(zip(parts, weights))]
         if self.activation:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 from functools import cache
 
 import numpy as np
@@ -35,42 +36,51 @@ from corpus_gen.core.jit import njit
 _CHUNK = 256  # tokens per task: 16 tasks for the quickstart's 16 x 256 tokens
 
 
-def forward(xs: list[Tensor], taps: list[Tensor], reach: Tensor) -> list[Tensor]:
-    """For each part x [N, C_i] and its taps [K, C_i] (one site's channels, split as its inputs
-    come): z_n = sum_(j <= reach[n]) taps[K-1-j] * x_(n-j), [N, C_i]."""
+def forward(xs: list[Tensor], w: Tensor, extra: float, reach: Tensor) -> list[Tensor]:
+    """For each part x [N, C_i] of a site whose weight is w [C, K] (the parts' channels in order;
+    w[:, K-1-j] weighs the token j places back): z_n = sum_(j <= reach[n]) w[:, K-1-j] * x_(n-j)
+    + extra * x_n, [N, C_i]."""
     zs = [torch.empty_like(x) for x in xs]
-    _run(_FORWARD, reach, [(x, t, z, z, z[:1]) for x, t, z in zip(xs, taps, zs)])  # z: unused
+    _run(_FORWARD, xs, zs, xs, w, extra, reach, w[:0], w[:0])  # dz, dw, scratch: unused
     return zs
 
 
-def backward(dzs: list[Tensor], xs: list[Tensor], taps: list[Tensor], reach: Tensor
-             ) -> tuple[list[Tensor], list[Tensor]]:
-    """forward's gradients for the outputs' gradients dz [N, C_i]: each x's [N, C_i] and each
-    part's taps' [K, C_i]."""
-    chunks = -(-len(reach) // _CHUNK)
+def backward(dzs: list[Tensor], xs: list[Tensor], w: Tensor, extra: float, reach: Tensor
+             ) -> tuple[list[Tensor], Tensor]:
+    """forward's gradients for the outputs' gradients dz [N, C_i]: each x's [N, C_i], and w's
+    [C, K]."""
     dxs = [torch.empty_like(x) for x in xs]
-    parts = [x.new_empty(chunks, *t.shape) for x, t in zip(xs, taps)]  # [chunks, K, C_i]
-    _run(_BACKWARD, reach, list(zip(xs, taps, dxs, dzs, parts)))
-    return dxs, [torch.from_numpy(p.numpy().sum(0)) for p in parts]  # the chunks added in order
+    dw = torch.empty_like(w)
+    chunks = -(-len(reach) // _CHUNK)
+    scratch = w.new_empty(chunks, *w.shape)  # each chunk's part of dw, added in chunk order
+    _run(_BACKWARD, xs, dxs, dzs, w, extra, reach, dw, scratch)
+    return dxs, dw
 
 
-def _run(tasks: dict, reach: Tensor, parts: list[tuple[Tensor, ...]]) -> None:
+def _run(tasks: dict, xs: list[Tensor], outs: list[Tensor], dzs: list[Tensor], w: Tensor,
+         extra: float, reach: Tensor, dw: Tensor, scratch: Tensor) -> None:
     """A task over every chunk of every part's tokens, on torch's OpenMP team where there is
-    one; each part is (x, taps, out, dz, taps' parts)."""
-    parts = [tuple(t.contiguous() for t in part) for part in parts]  # read by address
-    reach = reach.contiguous()
-    header = [0, -(-len(reach) // _CHUNK), len(parts), len(reach), len(parts[0][1]),
-              reach.data_ptr()]
-    record = np.array(header + [value for x, *arrays in parts
-                                for value in (x.shape[1], x.data_ptr(),
-                                              *(a.data_ptr() for a in arrays))],
-                      dtype=np.int64)
-    task, threads = tasks[parts[0][0].dtype], torch.get_num_threads()
+    one. All arrays are contiguous (the kernels read them by address)."""
+    offsets = [0]
+    for x in xs[:-1]:
+        offsets.append(offsets[-1] + x.shape[1])
+    record = np.array([0, 0, -(-len(reach) // _CHUNK), len(xs), len(reach), w.shape[1],
+                       w.shape[0], _bits(extra), reach.data_ptr(), w.data_ptr(), dw.data_ptr(),
+                       scratch.data_ptr()]
+                      + [value for x, offset, out, dz in zip(xs, offsets, outs, dzs)
+                         for value in (x.shape[1], offset, x.data_ptr(), out.data_ptr(),
+                                       dz.data_ptr())], dtype=np.int64)
+    task, threads = tasks[w.dtype], torch.get_num_threads()
     parallel = _openmp_parallel() if threads > 1 else None
     if parallel is None:
         task.ctypes(record.ctypes.data)
     else:  # ctypes lets the GIL go while the team works
         parallel(task.address, record.ctypes.data, threads, 0)
+
+
+def _bits(value: float) -> int:
+    """The bits of `value` as a float64, as an int64 (the record holds int64s)."""
+    return struct.unpack("<q", struct.pack("<d", value))[0]
 
 
 @cache
@@ -159,11 +169,14 @@ def _backward(dz, x, taps, reach, dx, dtaps, start, stop):  # pragma: no cover -
                 row[c] += grad[c] * earlier[c]
 
 
-# A task reads its arguments from an int64 record: [0] the next unit to take (each thread adds
-# one to it atomically), [1] chunks, [2] parts P, [3] tokens N, [4] taps K, [5] the address of
-# reach (int64 [N]); then for each part its width C_i and the addresses of x, taps [K, C_i], the
-# output (z or dx), dz and the taps' parts [chunks, K, C_i]. Unit u is chunk u // P of part u % P.
-_HEADER, _PER_PART = 6, 6
+# A task reads its arguments from an int64 record: [0] the next unit to take and [1] the units
+# done (each thread adds one to them atomically), [2] chunks, [3] parts P, [4] tokens N, [5] taps
+# K, [6] the site's channels C, [7] extra (a float64's bits), then the addresses of [8] reach
+# (int64 [N]), [9] w [C, K], [10] dw [C, K] and [11] the chunks' parts of dw [chunks, C, K] (in
+# each chunk, part p's [K, C_p] at p's channel offset times K); then for each part its width C_p,
+# channel offset and the addresses of x, the output (z or dx) and dz. Unit u is chunk u // P of
+# part u % P.
+_HEADER, _PER_PART = 12, 5
 
 
 @intrinsic
@@ -175,12 +188,22 @@ def _record(typingctx, data):  # pragma: no cover - compiled
 
 
 @intrinsic
-def _take_unit(typingctx, data):  # pragma: no cover - compiled
-    """Atomically add one to the record's first value; the value before."""
+def _add_one(typingctx, data, at):  # pragma: no cover - compiled
+    """Atomically add one to the record's value at `at`; the value before. Acquire-release: the
+    thread that finishes the last unit sees what every other unit wrote."""
     def codegen(context, builder, signature, args):
-        counter = builder.bitcast(args[0], ir.IntType(64).as_pointer())
-        return builder.atomic_rmw("add", counter, ir.Constant(ir.IntType(64), 1), "monotonic")
-    return types.int64(types.voidptr), codegen
+        record = builder.bitcast(args[0], ir.IntType(64).as_pointer())
+        counter = builder.gep(record, [args[1]])
+        return builder.atomic_rmw("add", counter, ir.Constant(ir.IntType(64), 1), "acq_rel")
+    return types.int64(types.voidptr, types.int64), codegen
+
+
+@intrinsic
+def _as_float(typingctx, bits):  # pragma: no cover - compiled
+    """The float64 whose bits the int64 holds."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
 
 
 @intrinsic
@@ -193,27 +216,55 @@ def _pointer(typingctx, address, like):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _units(data, like, backward):  # pragma: no cover - compiled
-    """Take units until none is left and run the forward or the backward kernel on each."""
+    """Take units until none is left and run the forward or the backward kernel on each; in the
+    backward, the thread that finishes the last unit adds the chunks' parts of dw in order."""
     header = carray(_record(data), _HEADER)
-    chunks, count, length, kernel = header[1], header[2], header[3], header[4]
+    chunks, count, length, kernel, channels = header[2], header[3], header[4], header[5], header[6]
+    extra = _as_float(header[7])
     record = carray(_record(data), _HEADER + _PER_PART * count)
-    reach = carray(_pointer(record[5], np.int64(0)), length)
+    reach = carray(_pointer(record[8], np.int64(0)), length)
+    w = carray(_pointer(record[9], like), (channels, kernel))
+    scratch = carray(_pointer(record[11], like), chunks * channels * kernel)
+    units = chunks * count
     while True:
-        unit = _take_unit(data)
-        if unit >= chunks * count:
+        unit = _add_one(data, 0)
+        if unit >= units:
             return
         chunk, at = unit // count, _HEADER + _PER_PART * (unit % count)
-        width = record[at]
-        x = carray(_pointer(record[at + 1], like), (length, width))
-        taps = carray(_pointer(record[at + 2], like), (kernel, width))
+        width, offset = record[at], record[at + 1]
+        x = carray(_pointer(record[at + 2], like), (length, width))
         out = carray(_pointer(record[at + 3], like), (length, width))
+        taps = np.empty((kernel, width), x.dtype)  # [K, C_p]: a row per tap, for the kernels
+        for c in range(width):
+            for tap in range(kernel):
+                taps[tap, c] = w[offset + c, tap]
+            taps[kernel - 1, c] += extra
         start, stop = chunk * _CHUNK, min(length, (chunk + 1) * _CHUNK)
-        if backward:
-            dz = carray(_pointer(record[at + 4], like), (length, width))
-            parts = carray(_pointer(record[at + 5], like), (chunks, kernel, width))
-            _backward(dz, x, taps, reach, out, parts[chunk], start, stop)
-        else:
+        if not backward:
             _forward(x, taps, reach, out, start, stop)
+            continue
+        dz = carray(_pointer(record[at + 4], like), (length, width))
+        begin = (chunk * channels + offset) * kernel
+        _backward(dz, x, taps, reach, out, scratch[begin:begin + kernel * width].reshape(
+            (kernel, width)), start, stop)
+        if _add_one(data, 1) == units - 1:  # the last unit done: dw, the chunks in order
+            dw = carray(_pointer(record[10], like), (channels, kernel))
+            _add_chunks(scratch.reshape((chunks, channels * kernel)), record, count, dw)
+
+
+@njit(cache=True, nogil=True)
+def _add_chunks(scratch, record, count, dw):  # pragma: no cover - compiled
+    """dw [C, K] from the chunks' parts [chunks, C * K], each part's [K, C_p] at its offset."""
+    kernel = dw.shape[1]
+    dw[:] = 0
+    for chunk in range(scratch.shape[0]):
+        for part in range(count):
+            at = _HEADER + _PER_PART * part
+            width, offset = record[at], record[at + 1]
+            block = scratch[chunk, offset * kernel:(offset + width) * kernel]
+            for tap in range(kernel):
+                for c in range(width):
+                    dw[offset + c, tap] += block[tap * width + c]
 
 
 _TASK = types.void(types.voidptr)
