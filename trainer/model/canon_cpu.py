@@ -1,21 +1,22 @@
 """Canon's convolution on CPU as two compiled loops (numba, cached on disk; canon.py imports this
 module at a Canon model's first CPU pass, so a model without Canon never loads numba).
 
-Both run over the B * T tokens of a pass as one sequence, x [N, C] and the site's weight w
-[C, K] (w[:, K-1-j] weighs the token j places back; each unit of work copies its channels'
-taps into rows [K, C_p], which the loops read a row at a time); `reach[n]` (0..K-1) is how many tokens before n
-are of n's own row and document, so no sum reads across one. Each is one pass over its
-activations, which ATen could not give (a convolution call, its boundary fix-ups and the taps'
-gradient were three passes and more): the backward computes a token's input gradient and its
-part of the taps' gradient from the same rows while they are in cache.
+Both run over the B * T tokens of a pass as one sequence, x [N, C] and the site's weight w [C, K]
+(w[:, K-1-j] weighs the token j places back; each unit of work copies its channels' taps into rows
+[K, C_p], which the loops read a row at a time); `reach[n]` (0..K-1) is how many tokens before n
+are of n's own row and document, so no sum reads across one. Each is one pass over its activations,
+which ATen could not give (a convolution call, its boundary fix-ups and the taps' gradient were
+three passes and more): the backward computes a token's input gradient and its part of the taps'
+gradient from the same rows while they are in cache.
 
-The tokens are cut into fixed chunks of `_CHUNK`, which the threads of torch's own OpenMP team
-take one at a time (`GOMP_parallel`, called through ctypes on a compiled C callback): the team
-that runs torch's operators, whose threads spin between them, starts on a chunk at once, where a
-second pool of threads (ours or numba's) fought those spinning threads for the cores. Each chunk
-writes its own part of the taps' gradient, and the thread that finishes the last unit adds the
-parts in chunk order into w's gradient: the same bits for any thread count. Without an OpenMP runtime that has `GOMP_parallel` (GNU's, LLVM's and
-Intel's all have it), the chunks run one after the other on the calling thread.
+The tokens are cut into fixed chunks of `_CHUNK`, which the threads of torch's own OpenMP team take
+one at a time (`GOMP_parallel`, called through ctypes on a compiled C callback): the team that runs
+torch's operators, whose threads spin between them, starts on a chunk at once, where a second pool
+of threads (ours or numba's) fought those spinning threads for the cores. Each chunk writes its own
+part of the taps' gradient, and the thread that finishes the last unit adds the parts in chunk
+order into w's gradient: the same bits for any thread count. Without an OpenMP runtime that has
+`GOMP_parallel` (GNU's, LLVM's and Intel's all have it), the chunks run one after the other on the
+calling thread.
 """
 
 from __future__ import annotations
