@@ -116,6 +116,29 @@ def test_the_gradients_have_the_same_bits_for_any_thread_count():
     assert (grads[0][1] - wr.grad).abs().max() < 1e-5 * wr.grad.abs().max()
 
 
+@pytest.mark.parametrize("kernel", [2, 3, 4])
+def test_a_sites_parts_of_unequal_widths_get_their_own_slices_of_the_gradient(kernel):
+    """One call over three parts (widths 2, 3 and 1: each its own channel offset in the weight)
+    and 600 tokens (three chunks, their parts of the weight's gradient added by whichever thread
+    ends last): every gradient is plain autograd's through the masked sum, part by part."""
+    docs = torch.arange(600).reshape(2, 300) // 37
+    inputs = canon_inputs(kernel, 2, docs, None)
+    torch.manual_seed(0)
+    xs = [torch.randn(2, 300, width, dtype=torch.float64) for width in (2, 3, 1)]
+    w = torch.randn(6, 1, kernel, dtype=torch.float64)  # the module's own layout
+    dzs = [torch.randn_like(x) for x in xs]
+    xc, wc = [x.clone().requires_grad_() for x in xs], w.clone().requires_grad_()
+    torch.autograd.backward(CanonConv.apply(wc, inputs.reach(xc[0]), 1.0, *xc), dzs)
+    xr, wr = [x.clone().requires_grad_() for x in xs], w.clone().requires_grad_()
+    outs = [_masked_sum(x, part, inputs, (0, f"b.{i}"), 1.0)
+            for i, (x, part) in enumerate(zip(xr, wr[:, 0].split([2, 3, 1])))]
+    torch.autograd.backward(outs, dzs)
+    assert wc.grad.shape == (6, 1, kernel)
+    assert (wc.grad - wr.grad).abs().max() < 1e-10
+    for got, truth in zip(xc, xr):
+        assert (got.grad - truth.grad).abs().max() < 1e-12
+
+
 def test_no_output_changes_by_a_bit_when_another_row_or_document_does():
     docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 0, 0, 0, 0, 0, 0, 1, 1]])
     torch.manual_seed(0)
