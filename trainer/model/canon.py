@@ -91,20 +91,20 @@ class CanonConv(torch.autograd.Function):
 
         dtype = torch.promote_types(xs[0].dtype, w.dtype)  # what x * w would be
         flats = [x.detach().contiguous().view(-1, x.shape[-1]).to(dtype) for x in xs]  # [N, C_i]
-        taps = w.detach().view(w.shape[0], -1).to(dtype).contiguous()  # [C, K]
-        ctx.save_for_backward(reach, taps, *flats)
+        weight = w.detach().view(w.shape[0], -1).to(dtype).contiguous()  # [C, K]
+        ctx.save_for_backward(reach, weight, *flats)
         ctx.extra, ctx.dtypes, ctx.shape = extra, (xs[0].dtype, w.dtype), w.shape
-        zs = canon_cpu.forward(flats, taps, extra, reach)
+        zs = canon_cpu.forward(flats, weight, extra, reach)
         return tuple(z.view(x.shape) for z, x in zip(zs, xs))
 
     @staticmethod
     def backward(ctx, *dzs: Tensor) -> tuple[Tensor | None, ...]:
         from trainer.model import canon_cpu
 
-        reach, taps, *flats = ctx.saved_tensors
+        reach, weight, *flats = ctx.saved_tensors
         dxs, dw = canon_cpu.backward(
             [dz.contiguous().view(x.shape).to(x.dtype) for dz, x in zip(dzs, flats)],
-            flats, taps, ctx.extra, reach)  # [N, C_i] each, and [C, K]
+            flats, weight, ctx.extra, reach)  # [N, C_i] each, and [C, K]
         return (dw.view(ctx.shape).to(ctx.dtypes[1]), None, None,
                 *(dx.view(dz.shape).to(ctx.dtypes[0]) for dx, dz in zip(dxs, dzs)))
 

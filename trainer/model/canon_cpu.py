@@ -25,6 +25,7 @@ import ctypes
 import os
 import struct
 from functools import cache
+from itertools import accumulate
 
 import numpy as np
 import torch
@@ -53,8 +54,7 @@ def backward(dzs: list[Tensor], xs: list[Tensor], w: Tensor, extra: float, reach
     [C, K]."""
     dxs = [torch.empty_like(x) for x in xs]
     dw = torch.empty_like(w)
-    chunks = -(-len(reach) // _CHUNK)
-    scratch = w.new_empty(chunks, *w.shape)  # each chunk's part of dw, added in chunk order
+    scratch = w.new_empty(_chunks(reach), *w.shape)  # each chunk's part of dw, in chunk order
     _run(_BACKWARD, xs, dxs, dzs, w, extra, reach, dw, scratch)
     return dxs, dw
 
@@ -63,10 +63,8 @@ def _run(tasks: dict, xs: list[Tensor], outs: list[Tensor], dzs: list[Tensor], w
          extra: float, reach: Tensor, dw: Tensor, scratch: Tensor) -> None:
     """A task over every chunk of every part's tokens, on torch's OpenMP team where there is
     one. All arrays are contiguous (the kernels read them by address)."""
-    offsets = [0]
-    for x in xs[:-1]:
-        offsets.append(offsets[-1] + x.shape[1])
-    record = np.array([0, 0, -(-len(reach) // _CHUNK), len(xs), len(reach), w.shape[1],
+    offsets = accumulate((x.shape[1] for x in xs[:-1]), initial=0)  # each part's first channel
+    record = np.array([0, 0, _chunks(reach), len(xs), len(reach), w.shape[1],
                        w.shape[0], _bits(extra), reach.data_ptr(), w.data_ptr(), dw.data_ptr(),
                        scratch.data_ptr()]
                       + [value for x, offset, out, dz in zip(xs, offsets, outs, dzs)
@@ -78,6 +76,11 @@ def _run(tasks: dict, xs: list[Tensor], outs: list[Tensor], dzs: list[Tensor], w
         task.ctypes(record.ctypes.data)
     else:  # ctypes lets the GIL go while the team works
         parallel(task.address, record.ctypes.data, threads, 0)
+
+
+def _chunks(reach: Tensor) -> int:
+    """How many chunks of _CHUNK tokens a pass of len(reach) tokens has (the last one shorter)."""
+    return -(-len(reach) // _CHUNK)
 
 
 def _bits(value: float) -> int:
