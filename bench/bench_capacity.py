@@ -75,7 +75,6 @@ def main() -> None:
     people = load_documents(context, population, 0)
     count = len(people.lengths)
     tokens = int(people.lengths.sum())
-    single = population.dictionaries is not None  # bioD, C = L = 1: chunks read in the pass
     print(f"{count:,} people ({args.family}), {tokens:,} tokens (documents of "
           f"{people.lengths.min()}-{people.lengths.max()}), vocab {model.config.vocab_size}, "
           f"gpt_tiny ({model.num_parameters():,} non-embedding parameters), batch "
@@ -86,8 +85,7 @@ def main() -> None:
         "load_documents (read + verify)": lambda: load_documents(context, population, 0),
         "document_logprobs (forward)": lambda: capacity.document_logprobs(
             context, people.tokens, people.lengths, args.batch_size,
-            people.values[:, :, 0, 0] if single else None,
-            population.dictionaries.dictionaries[..., 0] if single else None),
+            *capacity.chunk_candidates(population, people)),
     }
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in parts}
     for _ in range(args.rounds):

@@ -160,6 +160,17 @@ def test_physlm_eval_measures_a_bios_run(bios_corpus, tmp_path):
     assert saved["information_bits"] == json.loads(
         (bios_corpus / "bios.json").read_text())["information_bits"]
     assert 0 <= saved["stored_share"] < 1 and (tmp_path / "run" / "eval" / "capacity.png").exists()
+    counts = {"birth_date": 12 * 28 * 200, "birth_city": 200, "university": 300, "major": 100,
+              "employer": 263}  # the bioS pools
+    assert saved["setting"]["values"] == counts and saved["setting"]["N"] == 40
+    assert saved["per_term"]["value"]["reachable"] == pytest.approx(
+        40 * sum(math.log2(count) for count in counts.values()))
+    attributes = saved["per_attribute"]
+    assert sorted(attributes) == sorted(counts)
+    assert saved["value_ce"] == pytest.approx(  # mean per person and attribute, in nats
+        sum(a["value_ce"] for a in attributes.values()) / len(counts))
+    assert sum(a["value_bits"] for a in attributes.values()) == pytest.approx(
+        saved["value_bits"])
 
 
 def test_a_bios_corpus_without_capacity_is_refused_in_one_line(train_corpus, tmp_path,

@@ -25,8 +25,9 @@ from collections.abc import Iterator
 import numpy as np
 import orjson
 
-from corpus_gen.bios import biographies
-from corpus_gen.bios.config import DOMAIN_TOKEN, MAX_COPIES, BiosConfig
+from corpus_gen.bios import biographies, stream
+from corpus_gen.bios.config import BiosConfig
+from corpus_gen.bios.junk import PREFIX
 from corpus_gen.bios.people import ATTRIBUTES, DAYS, MONTHS, YEARS, draw_people, person_dicts
 from corpus_gen.bios.pools import Pools, load_pools
 from corpus_gen.bios.units import (
@@ -48,11 +49,6 @@ SCORED = {"birth_date": ("birth_date",), "birth_city": ("birth_city",),
 _BLOCK = 8192  # people rendered at once
 
 
-def applies(config: BiosConfig) -> bool:
-    """Asked for (`capacity`, which validation allows on bioS biographies only)."""
-    return config.capacity
-
-
 def value_counts(pools: Pools) -> dict[str, int]:
     """|V_k| of each scored attribute."""
     return {"birth_date": len(MONTHS) * DAYS * YEARS, "birth_city": len(pools.cities),
@@ -70,7 +66,7 @@ def information(config: BiosConfig) -> dict[str, float]:
 
 
 def files(config: BiosConfig) -> dict[str, bytes]:
-    if not applies(config):
+    if not config.capacity:  # validation allows it on bioS biographies only
         return {}
     pools = load_pools(config.data_dir)
     return {FILE: orjson.dumps({
@@ -85,11 +81,11 @@ def rows(config: BiosConfig) -> Iterator[dict]:
     pools = load_pools(config.data_dir)
     units = spelling(pools)
     lengths = np.array([len(unit) + 1 for unit in units.units.strings])  # with the space after
-    prefix = f"{DOMAIN_TOKEN} " if config.domain_token else ""  # as training's useful documents
+    prefix = PREFIX if config.domain_token else ""  # as training's useful documents
     for lo in range(0, config.people, _BLOCK):
         person = np.arange(lo, min(lo + _BLOCK, config.people))
         drawn = draw_people(config.seed, person, pools)
-        doc_index = person * (2 * MAX_COPIES)  # bio copy 0 (stream.Slot.doc_index)
+        doc_index = stream.doc_key(person, qa=False, copy=0)
         order = biographies.orders(config, person, doc_index, np.zeros(len(person), bool))
         plans = biographies.bio_s_plans(config, pools, drawn, doc_index, order)
         ids, offsets = spell(units, plans, value_matrix(drawn))
@@ -107,11 +103,16 @@ def _spans(fields: np.ndarray, lengths: np.ndarray, offset: int) -> dict:
     name's first three (first, middle, last) and each attribute's value units."""
     starts = offset + np.concatenate([[0], np.cumsum(lengths)[:-1]])
     ends = starts + lengths - 1
-
     first = np.flatnonzero(fields == COLUMN["first"])[0]
-    name = [int(starts[first]), int(ends[first + 2])]
+    owner = _OWNER[fields]
     values = {}
-    for attribute in ATTRIBUTES:
-        where = np.flatnonzero(np.isin(fields, [COLUMN[f] for f in SLOT_FIELDS[attribute]]))
+    for k, attribute in enumerate(ATTRIBUTES):
+        where = np.flatnonzero(owner == k)
         values[attribute] = [int(starts[where[0]]), int(ends[where[-1]])]
-    return {"name_span": name, "value_spans": values}
+    return {"name_span": [int(starts[first]), int(ends[first + 2])], "value_spans": values}
+
+
+# each unit field's attribute (its index in ATTRIBUTES; -1: none), for _spans
+_OWNER = np.full(max(COLUMN.values()) + 1, -1)
+for _k, _attribute in enumerate(ATTRIBUTES):
+    _OWNER[[COLUMN[field] for field in SLOT_FIELDS[_attribute]]] = _k

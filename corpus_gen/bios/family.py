@@ -40,13 +40,13 @@ def layout(config: BiosConfig) -> Layout:
     }
     summary |= {f"{kind}_documents": documents[kind] for kind in ("inverse", "manipulation")
                 if documents[kind]}
-    if capacity.applies(config):  # the information content, Part 3.3's capacity
+    if config.capacity:  # the information content, Part 3.3's capacity
         summary |= capacity.information(config)
     useful = stream.total_records(blocks)
     if config.junk_ratio:
         summary |= {"useful_documents": useful, "junk_ratio": config.junk_ratio,
                     "junk_documents": useful * config.junk_ratio}
-    return Layout(records=stream.total_records(blocks, config.junk_ratio), summary=summary,
+    return Layout(records=useful * (config.junk_ratio + 1), summary=summary,
                   user_symbols=(DOMAIN_PIECE,) if config.domain_token else ())
 
 
@@ -164,7 +164,7 @@ def eval_sets(config: BiosConfig) -> dict[str, Callable[[], Iterator[dict]]]:
         sets["manipulation_train"] = lambda: _manipulation_rows(config, 0, n_train, "train")
         sets["manipulation_test"] = lambda: _manipulation_rows(config, n_train, config.people,
                                                                "test")
-    if capacity.applies(config):
+    if config.capacity:
         sets[capacity.EVAL_SET] = lambda: capacity.rows(config)
     return sets
 

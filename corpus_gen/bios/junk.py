@@ -14,7 +14,7 @@ from corpus_gen.bios.config import DOMAIN_TOKEN
 from corpus_gen.core.records import Units
 
 DOMAIN_PIECE = "\u2581" + DOMAIN_TOKEN
-_PREFIX = len(DOMAIN_TOKEN) + 1  # characters the token and its space add before a document
+PREFIX = DOMAIN_TOKEN + " "  # what a useful document's text starts with
 
 
 @lru_cache(maxsize=4)
@@ -36,5 +36,6 @@ def prefix_record(text: str, masked: tuple[tuple[int, int], ...] = ()
                   ) -> tuple[str, tuple[tuple[int, int], ...]]:
     """A document's text with DOMAIN_TOKEN first, and its spans out of the loss moved past it;
     the token is out of the loss where the document's first word is."""
-    spans = tuple((start + _PREFIX if start else 0, end + _PREFIX) for start, end in masked)
-    return f"{DOMAIN_TOKEN} {text}", spans
+    shift = len(PREFIX)
+    spans = tuple((start + shift if start else 0, end + shift) for start, end in masked)
+    return PREFIX + text, spans

@@ -66,8 +66,13 @@ class Slot:
     def doc_index(self, layout: list[Block]) -> np.ndarray:
         """A key unique to (person, kind, copy), for drawing the document's own randomness
         (`layout`: blocks() followed by JUNK where the slots hold junk)."""
-        offsets = np.array([(b.kind == "qa") * MAX_COPIES + b.copy for b in layout])
-        return self.person * (2 * MAX_COPIES) + offsets[self.block]
+        qa = np.array([b.kind == "qa" for b in layout])[self.block]
+        return doc_key(self.person, qa, np.array([b.copy for b in layout])[self.block])
+
+
+def doc_key(person: np.ndarray, qa: np.ndarray | bool, copy: np.ndarray | int) -> np.ndarray:
+    """The key of a person's copy-th biography (qa False) or QA document (qa True)."""
+    return person * (2 * MAX_COPIES) + qa * MAX_COPIES + copy
 
 
 def resolve(config: BiosConfig, layout: list[Block], start: int, stop: int) -> Slot:

@@ -230,16 +230,23 @@ def _dictionary_term(context: EvalContext, population: Population, documents: Do
     return dictionary_bits(mass, len(sample), biod), len(sample)
 
 
+def chunk_candidates(population: Population, documents: Documents
+                     ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """document_logprobs' `at` and `candidates` where the chunks' law is read in the main pass
+    (bioD with one-token chunks, C = L = 1), else (None, None)."""
+    biod = population.dictionaries
+    if biod is None or biod.chunk_len != 1:
+        return None, None
+    return documents.values[:, :, 0, 0], biod.dictionaries[..., 0]
+
+
 def run(context: EvalContext, options: CapacityOptions) -> dict:
     population = read_population(context.corpus_dir)
     documents = load_documents(context, population, options.max_people)
     count = len(documents.lengths)
-    biod = population.dictionaries
-    single = biod is not None and biod.chunk_len == 1  # the chunks' law read in the same pass
-    logprobs, mass = document_logprobs(
-        context, documents.tokens, documents.lengths, options.batch_size,
-        documents.values[:, :, 0, 0] if single else None,
-        biod.dictionaries[..., 0] if single else None)
+    logprobs, mass = document_logprobs(context, documents.tokens, documents.lengths,
+                                       options.batch_size,
+                                       *chunk_candidates(population, documents))
     per_dictionary, dictionary_people = _dictionary_term(context, population, documents,
                                                          options, mass)
     name_ce = -span_sums(logprobs, documents.names[:, None])[:, 0]  # (P,)
