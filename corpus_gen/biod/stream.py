@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus_gen.biod.config import BiodConfig
-from corpus_gen.core.seeding import derive_key, randint, shuffle_halves
+from corpus_gen.core.seeding import derive_key, junk_mix, shuffle_halves
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,8 @@ def total_records(config: BiodConfig) -> int:
 
 def resolve(config: BiodConfig, start: int, stop: int) -> Slots:
     position = np.arange(start, stop, dtype=np.int64)
-    period = config.junk_ratio + 1
-    block = position // period  # the useful document's index among the useful ones
-    useful = position % period == randint(derive_key(config.seed, "biod", "mix"), block, period)
+    block, useful = junk_mix(position, config.junk_ratio,  # block: the useful document's index
+                             derive_key(config.seed, "biod", "mix"))
     person = np.full(len(position), -1, dtype=np.int64)
     rendering = np.where(useful, block // config.people, -1)
     for r in np.unique(rendering[useful]).tolist():

@@ -22,7 +22,7 @@ import numpy as np
 
 from corpus_gen.bios.config import MAX_COPIES, BiosConfig, parse_variant
 from corpus_gen.bios.pools import load_pools
-from corpus_gen.core.seeding import derive_key, randint, shuffle_halves
+from corpus_gen.core.seeding import derive_key, junk_mix, randint, shuffle_halves
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,10 @@ def doc_key(person: np.ndarray, qa: np.ndarray | bool, copy: np.ndarray | int) -
 def resolve(config: BiosConfig, layout: list[Block], start: int, stop: int) -> Slot:
     ends = np.cumsum([b.people for b in layout])
     position = np.arange(start, stop, dtype=np.int64)
-    period = config.junk_ratio + 1
-    if period == 1:
-        useful, junk = position, np.zeros(len(position), dtype=bool)
-    else:  # run u of J + 1 positions holds useful document u at a keyed place
-        useful = position // period
-        junk = position % period != randint(derive_key(config.seed, "bios", "mix"), useful,
-                                            period)
+    # useful: the index of the useful document of each position's run
+    useful, at_useful = junk_mix(position, config.junk_ratio,
+                                 derive_key(config.seed, "bios", "mix"))
+    junk = ~at_useful
     block = np.searchsorted(ends, useful, side="right")
     block[junk] = len(layout)
     person = np.empty_like(position)

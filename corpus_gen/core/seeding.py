@@ -76,3 +76,12 @@ def shuffle_halves(offset: np.ndarray, population: int, key: int) -> np.ndarray:
     person[~in_first] = first + feistel_permute(offset[~in_first] - first, population - first,
                                                 derive_key(key, 1))
     return person
+
+
+def junk_mix(position: np.ndarray, junk_ratio: int, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """Part 3.3's junk mixes: run u of junk_ratio + 1 stream positions holds useful document u
+    at a place keyed by `key`, junk elsewhere. Each position's run u, and whether it is the
+    useful one (all are at junk_ratio 0)."""
+    period = junk_ratio + 1
+    run = position // period
+    return run, position % period == randint(key, run, period)
