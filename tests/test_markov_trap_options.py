@@ -2,7 +2,7 @@
 head's logits, zero at init, out of weight decay, absent by default; with the head's weight at
 zero the model predicts softmax(bias) everywhere (the unigram solution); export refuses it."""
 
-import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -52,10 +52,6 @@ def test_zero_head_weight_and_a_bias_predict_the_bias_law_everywhere():
     ids = torch.tensor([[1, 2, 2, 1, 1, 2, 1, 2]])
     probs = model(ids).softmax(-1)[0]  # [T, 3]
     assert torch.allclose(probs, pi.expand_as(probs), atol=1e-6)
-    # its loss on symbols of the chain is H(pi) = 0.6663 nats
-    entropy = -(pi[1:] * pi[1:].log()).sum().item()
-    assert entropy == pytest.approx(0.6663, abs=1e-4)
-    assert math.isclose(entropy, 0.666278, abs_tol=1e-5)
 
 
 def test_the_bias_trains_and_freezes_with_the_output_head():
@@ -69,10 +65,8 @@ def test_the_bias_trains_and_freezes_with_the_output_head():
 
 
 def test_saved_configs_without_the_key_read_as_off_and_a_change_is_a_difference():
-    old = {key: value for key, value in ModelConfig(**SHAPE).__dict__.items()
-           if key != "head_bias"}
-    old = {key: value.__dict__ if hasattr(value, "__dict__") else value
-           for key, value in old.items()}
+    old = asdict(ModelConfig(**SHAPE))
+    del old["head_bias"]
     assert model_config_from_dict(old).head_bias is False
     new = {**old, "head_bias": True}
     assert model_difference(old, new) == ("head_bias", False, True)

@@ -38,8 +38,9 @@ EXPECTED = {
     ("p33_capacity", "p33_capacity"): {BITS: 1.0},
     **{("p33_capacity", f"width-d{d}.exposures-100.seed-0"): {BITS: 1.0}
        for d in (32, 64, 128)},
-    ("p33_capacity_paper", "p33_capacity_paper"): {BITS: 2.0},
-    **{("p33_capacity_paper", f"model-{m}.exposures-{e}.seed-0"): {BITS: v}
+    **{(sweep, sweep): {BITS: 2.0} for sweep in ("p33_capacity_paper", "p33_capacity_bios_paper")},
+    **{(sweep, f"model-{m}.exposures-{e}.seed-0"): {BITS: v}
+       for sweep in ("p33_capacity_paper", "p33_capacity_bios_paper")
        for m in ("gpt2_1_4", "gpt2_2_4", "gpt2_4_4", "gpt2_4_8", "gpt2_8_8")
        for e, v in ((100, 1.0), (1000, 2.0))},
     **{("p33_gated_vs_plain_paper", f"model-{m}.mlp-{mlp}.seed-0"): {BITS: v}
@@ -48,10 +49,6 @@ EXPECTED = {
        for data, v in (("clean", 1.0), ("junk", 0.05), ("junk_domain", 0.5))},
     ("p33_capacity_bios", "p33_capacity_bios"): {BITS: 1.0},
     **{("p33_capacity_bios", f"width-d{d}.seed-0"): {BITS: 1.0} for d in (32, 64, 128)},
-    ("p33_capacity_bios_paper", "p33_capacity_bios_paper"): {BITS: 2.0},
-    **{("p33_capacity_bios_paper", f"model-{m}.exposures-{e}.seed-0"): {BITS: v}
-       for m in ("gpt2_1_4", "gpt2_2_4", "gpt2_4_4", "gpt2_4_8", "gpt2_8_8")
-       for e, v in ((100, 1.0), (1000, 2.0))},
 }
 
 

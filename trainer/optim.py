@@ -33,7 +33,8 @@ def freeze(model: GPT, names: list[str]) -> list[str]:
     parameters = dict(model.named_parameters())  # a tied head is listed once, as tok_emb.weight
     if "output_head" in names and model.config.tie_embeddings:
         raise TrainError("train.freeze: output_head is the token embedding table while "
-                         "model.tie_embeddings is true; freeze token_embeddings (both) or set "
+                         "model.tie_embeddings is true; freeze token_embeddings (both; a "
+                         "model.head_bias stays trainable: freeze lm_head.bias by name) or set "
                          "model.tie_embeddings false")
     frozen = set()
     for name in names:
