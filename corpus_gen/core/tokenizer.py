@@ -235,13 +235,19 @@ class CorpusTokenizer:
     def count(self, ids: bytes) -> int:
         return len(ids) // self._itemsize
 
+    def encode_words(self, words: Sequence[str]) -> tuple[list[bytes], np.ndarray]:
+        """Each word's token bytes (as `encode_bytes`) and token count, for the words of a
+        single-space-separated text."""
+        pieces = [self._words[word] for word in words]
+        counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)) // self._itemsize
+        return pieces, counts
+
     def encode_masked(self, text: str, masked: Sequence[tuple[int, int]]
                       ) -> tuple[bytes, bytes]:
         """Token ids (as `encode_bytes`) and a uint8 loss mask over them: 0 for the tokens of
         every word that starts inside a `masked` character span [start, end), else 1."""
         words = text.split(" ")
-        pieces = [self._words[word] for word in words]
-        counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)) // self._itemsize
+        pieces, counts = self.encode_words(words)
         starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]])
         masked_words = np.zeros(len(words), dtype=bool)
         for start, end in masked:

@@ -227,7 +227,6 @@ def _bios_documents(context: EvalContext, population: Population, rows: list[dic
     whole words (a value's word with its glued punctuation counts whole)."""
     tokenizer = context.tokenizer
     width = max(map(len, population.parts))
-    pieces: dict[str, bytes] = {}  # each word's token bytes, cached: biographies share words
     documents, spans = [], []  # spans: the name's, then each attribute's parts, padded
     bad = np.zeros(len(rows), dtype=bool)
     for i, row in enumerate(rows):
@@ -235,17 +234,14 @@ def _bios_documents(context: EvalContext, population: Population, rows: list[dic
         try:
             if "" in words:  # not single-space separated: its tokens would not be its words'
                 raise ValueError(row["text"])
-            for word in words:
-                if word not in pieces:
-                    pieces[word] = tokenizer.encode_bytes(word)
+            pieces, counts = tokenizer.encode_words(words)
             starts = np.cumsum([0] + [len(word) + 1 for word in words])  # ends: len(text) + 1
-            cumulative = np.cumsum([0] + [tokenizer.count(pieces[word]) for word in words])
+            cumulative = np.concatenate([[0], np.cumsum(counts)])
             char_spans = [[row["name_span"]]] + [
                 [row["value_spans"][part] for part in parts] for parts in population.parts]
             spans.append([[_word_span(starts, cumulative, span) for span in group]
                           + [[0, 0]] * (width - len(group)) for group in char_spans])
-            documents.append(np.frombuffer(b"".join(pieces[word] for word in words),
-                                           dtype=tokenizer.dtype))
+            documents.append(np.frombuffer(b"".join(pieces), dtype=tokenizer.dtype))
         except (KeyError, TypeError, ValueError):  # a missing part, a span off the words
             bad[i] = True
             spans.append([[[0, 0]] * width] * (1 + len(population.parts)))
