@@ -95,6 +95,9 @@ def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
      "must be a mapping of keys: entity, group, mode, project, tags"),
     ("eval.tasks=qa", "eval.tasks", "qa", "must be a list, e.g. [qa]"),
     ("eval.qa.splits.x=3", "eval.qa.splits", {"x": 3}, "must be a list, e.g. [test, train]"),
+    ("train.lr=abc", "train.lr", "abc", "must be a number"),
+    ("train.max_steps=1.5", "train.max_steps", 1.5, "must be an integer"),
+    ("train.compile=maybe", "train.compile", "maybe", "must be true or false"),
 ])
 def test_out_of_range_experiment_values_name_the_key(override, key, value, reason):
     with pytest.raises(ConfigError) as caught:

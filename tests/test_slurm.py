@@ -229,7 +229,7 @@ def test_resources_from_each_layer_land_in_the_scripts(work):
 
 
 @pytest.mark.parametrize("where, body, overrides, message", [
-    ("sweep", "slurm: {nodes: two}\n", [], "sweep.yaml: slurm.nodes='two': Value 'two'"),
+    ("sweep", "slurm: {nodes: two}\n", [], "sweep.yaml: slurm.nodes='two': must be an integer"),
     ("file", "partion: gpu\n", [], "cluster.yaml: slurm.partion='gpu': unknown key"),
     ("file", "time: '25 hours'\n", [], "cluster.yaml: slurm.time='25 hours': must be a Slurm"),
     ("cli", "", ["slurm.launcher=mpirun"],

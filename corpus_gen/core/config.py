@@ -8,6 +8,7 @@ and runs the schema's `validate()`; every failure names the key, the value and w
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -87,11 +88,18 @@ def _omegaconf_error(exc: Exception, given: DictConfig, source: str, prefix: str
     return ConfigError(prefix + key, value, reason, source)
 
 
+# OmegaConf's words for a value its node's type refuses, as a user would read them
+_TYPE_ERRORS = ((re.compile(r"could not be converted to Float$"), "must be a number"),
+                (re.compile(r"could not be converted to Integer$"), "must be an integer"),
+                (re.compile(r"is not a valid bool \(type \w+\)$"), "must be true or false"))
+
+
 def _reason(exc: Exception) -> str:
     parent = getattr(exc, "parent_node", None)
     if isinstance(exc, ConfigKeyError) and isinstance(parent, DictConfig):
         return f"unknown key; known: {_keys(parent)}"
-    return (getattr(exc, "msg", None) or str(exc)).splitlines()[0]
+    message = (getattr(exc, "msg", None) or str(exc)).splitlines()[0]
+    return next((reason for pattern, reason in _TYPE_ERRORS if pattern.search(message)), message)
 
 
 def _keys(node: DictConfig) -> str:
