@@ -368,7 +368,8 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
     own_norm = engine.zero_optimization_stage() == 0 and cfg.precision == "fp32"
     bar = tqdm(total=cfg.max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=None if world.rank == 0 else True)  # a terminal's rank 0 only
-    began, timer, timed_from = time.perf_counter(), time.perf_counter(), start
+    timer, timed_from = time.perf_counter(), start
+    first_done = None  # when the first step ended: the ETA leaves it out (compilation, warm-up)
     for step in range(start, cfg.max_steps):
         engine.train()
         loss_sum, grad_norm = 0.0, None
@@ -384,6 +385,7 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
         loss_value, asked = _mean_over_ranks(
             [loss_sum / cfg.grad_accum, float(trainer.stop.requested())], world.device)
         done = state.step = step + 1
+        first_done = first_done or time.perf_counter()
         bar.update()
         if not math.isfinite(loss_value):
             where = (f"last good checkpoint: {checkpoints / checkpoint.tag(last_saved)}"
@@ -416,10 +418,11 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
             trainer.tracker.log({**metrics, **along}, done)
             bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:,.0f}")
             if world.rank == 0:
-                eta = (time.perf_counter() - began) / (done - start) * (cfg.max_steps - done)
+                remaining, later = cfg.max_steps - done, done - start - 1  # later: after the first
+                eta = ("-" if remaining and not later else _duration(
+                    (time.perf_counter() - first_done) / max(later, 1) * remaining))
                 tqdm.write(f"step {done:>6}/{cfg.max_steps} | loss {loss_value:.4f} | "
-                           f"lr {metrics['lr']:.2e} | {tokens_per_s:,.0f} tok/s | "
-                           f"eta {_duration(eta)}")
+                           f"lr {metrics['lr']:.2e} | {tokens_per_s:,.0f} tok/s | eta {eta}")
             timer, timed_from = time.perf_counter(), done
         if done % cfg.ckpt_every == 0 or done == cfg.max_steps:
             checkpoint.save(state, checkpoints, cfg.keep_last)
