@@ -30,9 +30,9 @@ VERBS = {  # one line each: the top-level help lists them; each verb's --help op
 }
 
 DESCRIPTION = f"""\
-physlm generates the synthetic corpora of "Physics of Language Models" (biographies, iGSM,
-CFG), trains GPT models on them with DeepSpeed, evaluates what they learned, and runs sweeps
-locally or on Slurm.
+physlm generates the synthetic corpora of "Physics of Language Models" (biographies bioS, bioR
+and bioD, iGSM, CFG, Part 4.1's Depo, Brevo and Mano, and the mechanism sandboxes), trains GPT
+models on them with DeepSpeed, evaluates what they learned, and runs sweeps locally or on Slurm.
 
 verbs:
 {chr(10).join(f"  {verb:<8}{text}" for verb, text in VERBS.items())}
