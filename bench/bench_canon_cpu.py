@@ -1,7 +1,8 @@
 """Canon's training cost on CPU: tokens/s of the quickstart's model with `model.canon: ABCD` and
-without, in one process run.
+without, in one process run; with `--feature norm`, the same for its RMSNorms against identity
+(`model.norm: none`), the neighbour that a fused Canon-A or Canon-C would take in.
 
-    python bench/bench_canon_cpu.py [--rounds 12] [--compile]
+    python bench/bench_canon_cpu.py [--rounds 12] [--compile] [--feature norm]
 
 The shape is the quickstart's: configs/model/gpt_tiny.yaml (4 layers x d_model 128 x 4 heads,
 rope, rmsnorm, gelu), ctx 256 and micro batch 16 from configs/train/cpu_quick.yaml, the
@@ -16,8 +17,8 @@ The process keeps freed host memory for reuse as the trainer does on CPU
 
 After an untimed warmup, each round times one step of every contestant in a rotating order;
 only quiet steps (another task waited for a core less than --quiet of the step, Linux CPU
-pressure) enter the medians. The table gives each contestant's median and, per pair, Canon's
-ratio to the model without it.
+pressure) enter the medians. The table gives each contestant's median and, per pair, the
+ratio of the model with the feature to the model without it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass
 class Contestant:
-    name: str  # "<pair>: <canon>"
+    name: str  # "<pair>: <variant>"
     model: nn.Module
     inputs: dict[str, Tensor]
     compiled: bool
@@ -62,7 +63,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--doc-len", type=int, default=64)
     p.add_argument("--compile", action="store_true", help="add the torch.compile pairs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--feature", choices=("canon", "norm"), default="canon",
+                   help="what each pair compares: Canon (--canon) against none, or the model's "
+                        "RMSNorms against identity")
     return p.parse_args(argv)
+
+
+def variants(args: argparse.Namespace) -> tuple[tuple[str, dict], tuple[str, dict]]:
+    """Each pair's two models, without and with the feature: a name and their model keys."""
+    if args.feature == "norm":
+        return ("norm none", {"norm": "none"}), ("rmsnorm", {})
+    return ("none", {"canon": ""}), (args.canon, {"canon": args.canon})
 
 
 def quickstart_shape() -> tuple[dict, int, int]:
@@ -81,14 +92,13 @@ def build(args: argparse.Namespace, ids: Tensor, docs: Tensor, pos: Tensor) -> l
         pairs += [(f"{name}, compiled", True, inputs) for name, _, inputs in pairs]
     out = []
     for pair, compiled, inputs in pairs:
-        for canon in ("", args.canon):
+        for name, keys in variants(args):
             torch.manual_seed(args.seed)
-            model = GPT(ModelConfig(**shape, vocab_size=args.vocab, ctx=ctx, canon=canon)).train()
+            model = GPT(ModelConfig(**{**shape, **keys}, vocab_size=args.vocab, ctx=ctx)).train()
             if compiled:
                 model.compile()
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False)
-            out.append(Contestant(f"{pair}: {canon or 'none'}", model, inputs, compiled,
-                                  optimizer))
+            out.append(Contestant(f"{pair}: {name}", model, inputs, compiled, optimizer))
     return out
 
 
@@ -106,9 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     ids, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     docs, pos = packed_docs(batch, ctx, args.doc_len, gen)
     contestants = build(args, ids, docs, pos)
+    (without, _), (with_, _) = variants(args)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch {batch} x {ctx}, "
-          f"vocab {args.vocab}, gpt_tiny, canon {args.canon!r} kernel 4, fp32, freed host memory "
-          f"{'kept (the trainer setting)' if kept else 'returned (not glibc)'}")
+          f"vocab {args.vocab}, gpt_tiny, {with_} against {without} (canon kernel 4), fp32, "
+          f"freed host memory {'kept (the trainer setting)' if kept else 'returned (not glibc)'}")
     for c in contestants:
         for _ in range(args.warmup):
             step(c, ids, targets)
@@ -129,13 +140,13 @@ def main(argv: list[str] | None = None) -> None:
         return (statistics.median(quiet) if quiet else float("nan")), len(quiet)
 
     print("\n| contestant | tokens/s, median of quiet steps | quiet steps | all steps median "
-          "| canon / none |")
+          f"| {with_} / {without} |")
     print("|---|---:|---:|---:|---:|")
-    for without, canon in zip(contestants[::2], contestants[1::2]):
-        base = median(without)[0]
-        for c in (without, canon):
+    for plain, featured in zip(contestants[::2], contestants[1::2]):
+        base = median(plain)[0]
+        for c in (plain, featured):
             rate, quiet = median(c)
-            ratio = "1.000" if c is without else f"{rate / base:.3f}"
+            ratio = "1.000" if c is plain else f"{rate / base:.3f}"
             print(f"| {c.name} | {rate:,.0f} | {quiet}/{len(c.rates)} "
                   f"| {statistics.median(c.rates):,.0f} | {ratio} |")
     print()
