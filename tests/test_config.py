@@ -98,6 +98,9 @@ def test_unknown_corpus_keys_list_the_known_ones(tmp_path):
     ("train.lr=abc", "train.lr", "abc", "must be a number"),
     ("train.max_steps=1.5", "train.max_steps", 1.5, "must be an integer"),
     ("train.compile=maybe", "train.compile", "maybe", "must be true or false"),
+    ("train.compile=2", "train.compile", 2, "must be true or false"),  # not read as true
+    ("model.norm=[1]", "model.norm", [1], "must be a string"),
+    ("train.max_steps=null", "train.max_steps", None, "must not be null"),
 ])
 def test_out_of_range_experiment_values_name_the_key(override, key, value, reason):
     with pytest.raises(ConfigError) as caught:

@@ -76,14 +76,11 @@ def require(condition: bool, key: str, value: object, reason: str) -> None:
         raise ConfigError(key, value, reason)
 
 
-def _omegaconf_error(exc: Exception, given: DictConfig, source: str, prefix: str = "",
-                     schema: DictConfig | None = None) -> ConfigError:
-    """The ConfigError for OmegaConf's `exc` on merging `given` onto `schema`, worded in config
+def _omegaconf_error(exc: Exception, given: DictConfig, source: str, prefix: str = ""
+                     ) -> ConfigError:
+    """The ConfigError for OmegaConf's `exc` on merging or building `given`, worded in config
     keys: OmegaConf's own messages name the schema's Python classes, which users never wrote."""
-    # a group given a scalar, or a list a mapping: OmegaConf's message is obscure or names no
-    # key, and any such mismatch in `given` fails the merge
-    found = _find_shape_error(given, schema) if schema is not None else None
-    key, reason = found or (getattr(exc, "full_key", None) or "?", _reason(exc))
+    key, reason = getattr(exc, "full_key", None) or "?", _reason(exc)
     value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
     return ConfigError(prefix + key, value, reason, source)
 
@@ -91,7 +88,9 @@ def _omegaconf_error(exc: Exception, given: DictConfig, source: str, prefix: str
 # OmegaConf's words for a value its node's type refuses, as a user would read them
 _TYPE_ERRORS = ((re.compile(r"could not be converted to Float$"), "must be a number"),
                 (re.compile(r"could not be converted to Integer$"), "must be an integer"),
-                (re.compile(r"is not a valid bool \(type \w+\)$"), "must be true or false"))
+                (re.compile(r"is not a valid bool \(type \w+\)$"), "must be true or false"),
+                (re.compile(r"^Cannot convert '\w+' to string"), "must be a string"),
+                (re.compile(r"^Incompatible value 'None' for field of type"), "must not be null"))
 
 
 def _reason(exc: Exception) -> str:
@@ -107,9 +106,12 @@ def _keys(node: DictConfig) -> str:
 
 
 def _shape_error(given: object, schema: object) -> str | None:
-    """Why `given` cannot stand at a schema node, when a mapping or list meets the wrong kind."""
+    """Why `given` cannot stand at a schema node, when a mapping or list meets the wrong kind, or
+    a switch anything but true or false (OmegaConf would read 2 or "on" as true)."""
     if given is None or isinstance(given, type(schema)):
         return None
+    if isinstance(schema, bool):
+        return "must be true or false"
     if isinstance(schema, DictConfig):
         return f"must be a mapping of keys: {_keys(schema)}"
     if isinstance(schema, ListConfig):
@@ -120,7 +122,8 @@ def _shape_error(given: object, schema: object) -> str | None:
 
 def _find_shape_error(given: DictConfig, schema: DictConfig,
                       path: str = "") -> tuple[str, str] | None:
-    """The first key (dotted) of `given` whose value has the wrong shape for `schema`."""
+    """The first key (dotted) of `given` whose value has the wrong shape for `schema`: checked
+    before merging, as OmegaConf's messages for these name no key or it converts silently."""
     for key in given:
         if key not in schema:
             continue
@@ -192,10 +195,15 @@ def build_config(schema: type, layers: list[tuple[DictConfig, str]], prefix: str
     validate. Errors name the key (under `prefix`), the value and the layer it came from."""
     merged = OmegaConf.structured(schema)
     for given, source in layers:
+        found = _find_shape_error(given, merged)
+        if found:
+            key, reason = found
+            value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
+            raise ConfigError(prefix + key, value, reason, source)
         try:
             merged = OmegaConf.merge(merged, given)
         except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a mapping onto a list
-            raise _omegaconf_error(exc, given, source, prefix, merged) from None
+            raise _omegaconf_error(exc, given, source, prefix) from None
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
