@@ -11,7 +11,7 @@ import torch
 
 from launch.cli import main
 from launch.experiment import ensure_corpus
-from trainer.engine import train
+from trainer.engine import _eta, train
 from trainer.errors import TrainError
 from trainer.eval.runner import evaluate
 from trainer.run_dir import latest_checkpoint, point_latest, read_latest, read_metrics
@@ -57,6 +57,15 @@ def test_grad_norm_is_measured_at_every_zero_stage_and_precision(train_corpus, t
         first[setting] = norms[0]
     # ZeRO-0 fp32 is measured by physlm, ZeRO-1 by DeepSpeed: the same gradients, the same norm
     assert first["train.zero_stage=0"] == pytest.approx(first["train.zero_stage=1"], rel=1e-4)
+
+
+def test_the_eta_is_paced_by_the_steps_after_the_first():
+    # 10 steps after the first took 20 s: 2 s a step, 95 steps left; the first step's own
+    # time (compilation) is not in the 20 s, so it cannot inflate the estimate
+    assert _eta(20.0, 10, 95) == "3m10s"
+    assert _eta(3600.0, 1, 2) == "2h00m"
+    assert _eta(0.0, 0, 5) == "-"  # only the first step so far: no pace to go on
+    assert _eta(7.0, 0, 0) == "0m00s"  # the last step: nothing left, whatever the pace
 
 
 def test_training_says_where_it_resumed_and_how_long_is_left(train_corpus, tiny_experiment,

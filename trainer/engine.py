@@ -369,7 +369,7 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
     bar = tqdm(total=cfg.max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=None if world.rank == 0 else True)  # a terminal's rank 0 only
     timer, timed_from = time.perf_counter(), start
-    first_done = None  # when the first step ended: the ETA leaves it out (compilation, warm-up)
+    first_done = None  # when the first step ended: the ETA leaves that step out
     for step in range(start, cfg.max_steps):
         engine.train()
         loss_sum, grad_norm = 0.0, None
@@ -385,7 +385,8 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
         loss_value, asked = _mean_over_ranks(
             [loss_sum / cfg.grad_accum, float(trainer.stop.requested())], world.device)
         done = state.step = step + 1
-        first_done = first_done or time.perf_counter()
+        if first_done is None:
+            first_done = time.perf_counter()
         bar.update()
         if not math.isfinite(loss_value):
             where = (f"last good checkpoint: {checkpoints / checkpoint.tag(last_saved)}"
@@ -418,9 +419,8 @@ def _loop(trainer: Trainer) -> tuple[dict, Path | None]:
             trainer.tracker.log({**metrics, **along}, done)
             bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tokens_per_s:,.0f}")
             if world.rank == 0:
-                remaining, later = cfg.max_steps - done, done - start - 1  # later: after the first
-                eta = ("-" if remaining and not later else _duration(
-                    (time.perf_counter() - first_done) / max(later, 1) * remaining))
+                eta = _eta(time.perf_counter() - first_done, done - start - 1,
+                           cfg.max_steps - done)
                 tqdm.write(f"step {done:>6}/{cfg.max_steps} | loss {loss_value:.4f} | "
                            f"lr {metrics['lr']:.2e} | {tokens_per_s:,.0f} tok/s | eta {eta}")
             timer, timed_from = time.perf_counter(), done
@@ -442,6 +442,15 @@ def _grad_norm(model: GPT) -> float:
     """The global L2 norm of the gradients as the optimizer sees them (averaged over ranks)."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+
+def _eta(seconds: float, steps: int, remaining: int) -> str:
+    """The time left for `remaining` steps at the pace of the `steps` that took `seconds` after
+    the run's first step, which carries warm-up and compilation and would inflate it; "-" while
+    there is no such step yet."""
+    if not remaining:
+        return _duration(0.0)
+    return _duration(seconds / steps * remaining) if steps else "-"
 
 
 def _duration(seconds: float) -> str:
