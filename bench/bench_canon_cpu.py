@@ -56,7 +56,7 @@ class Contestant:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--vocab", type=int, default=2048)
-    p.add_argument("--canon", default="ABCD")
+    p.add_argument("--canon", default="ABCD", help="the Canon sites (--feature canon)")
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--quiet", type=float, default=0.2)
@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     docs, pos = packed_docs(batch, ctx, args.doc_len, gen)
     contestants = build(args, ids, docs, pos)
     (without, _), (with_, _) = variants(args)
+    kernel = " (Canon's kernel 4)" if args.feature == "canon" else ""
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch {batch} x {ctx}, "
-          f"vocab {args.vocab}, gpt_tiny, {with_} against {without} (canon kernel 4), fp32, "
-          f"freed host memory {'kept (the trainer setting)' if kept else 'returned (not glibc)'}")
+          f"vocab {args.vocab}, gpt_tiny, {with_} against {without}{kernel}, fp32, freed host "
+          f"memory {'kept (the trainer setting)' if kept else 'returned (not glibc)'}")
     for c in contestants:
         for _ in range(args.warmup):
             step(c, ids, targets)
