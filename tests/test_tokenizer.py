@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from corpus_gen.core import tokenizer as tokenizer_module
+from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.records import Units
 from corpus_gen.core.tokenizer import EOS_ID, Tokenizer, train_tokenizer
 
@@ -44,6 +45,18 @@ def test_word_counts_are_used_only_where_they_train_the_same_model():
     for text in ("tab\there", "a  b", " a", "a "):
         assert tokenizer_module._word_counts(["a b", text]) is None
     assert tokenizer_module._word_counts(["a b", "x \u2585"]) == {"a": 1, "b": 1}
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_a_vocabulary_smaller_than_the_texts_characters_names_the_size_needed(model_type):
+    # 100 distinct characters, the 256 byte pieces and the specials: more pieces than 300
+    texts = ["".join(chr(0x4E00 + i) for i in range(100)) + " word"] * 3
+    with pytest.raises(ConfigError, match=r"^tokenizer\.vocab_size=300: must be at least "
+                                          r"(\d+) for this corpus") as caught:
+        train_tokenizer(texts, 300, model_type)
+    needed = int(caught.value.reason.split()[4])
+    assert 356 < needed < 400
+    train_tokenizer(texts, needed, model_type)  # the size it names is enough
 
 
 def test_word_cache_encoding_equals_sentencepiece_on_whole_texts(tokenizer):

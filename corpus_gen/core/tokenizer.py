@@ -14,6 +14,7 @@ what the shard writer and the evaluation tasks call is the same for both kinds o
 """
 
 import io
+import re
 import sys
 import weakref
 from array import array
@@ -25,7 +26,7 @@ import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as sp_model
 
-from corpus_gen.core.errors import CorpusError
+from corpus_gen.core.errors import ConfigError, CorpusError
 from corpus_gen.core.records import Units
 
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
@@ -54,7 +55,7 @@ def train_tokenizer(
 def _train(sentences: Iterator[str], vocab_size: int, model_type: str,
            user_symbols: Sequence[str], input_format: str = "text") -> bytes:
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
+    options = dict(
         sentence_iterator=sentences,
         model_writer=model,
         vocab_size=vocab_size,
@@ -78,6 +79,15 @@ def _train(sentences: Iterator[str], vocab_size: int, model_type: str,
         minloglevel=2,
         **({"input_format": input_format} if input_format != "text" else {}),
     )
+    try:
+        spm.SentencePieceTrainer.train(**options)
+    except RuntimeError as exc:  # SentencePiece's own check, raised with a traceback
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(exc))
+        if needed is None:
+            raise
+        raise ConfigError("tokenizer.vocab_size", vocab_size, f"must be at least {needed[1]} "
+                          "for this corpus: each of its characters, the 256 bytes and the "
+                          "special symbols take a piece") from None
     return model.getvalue()
 
 
