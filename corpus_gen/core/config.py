@@ -26,7 +26,7 @@ COMMAND_LINE = "command line"
 class TokenizerConfig:
     vocab_size: int = 8192  # an upper bound: a small sample yields fewer pieces
     model_type: str = "bpe"  # sentencepiece model: bpe | unigram
-    sample_records: int = 20000  # documents from the start of the stream used for training
+    sample_records: int = 20000  # documents, from 64 evenly spaced places of the stream
     # a corpus directory (or tokenizer.model file) whose tokenizer this corpus uses instead of
     # training one: corpora that share it can finetune one run's weights (train.init_from)
     reuse: str | None = None
