@@ -94,26 +94,49 @@ def test_each_token_reaches_back_over_its_own_row_and_document_only(packed):
     assert reach.tolist() == ([0, 1, 0, 1, 2] if packed else [0, 1, 2, 2, 2]) + [0, 1, 2, 2, 2]
 
 
-def test_the_gradients_have_the_same_bits_for_any_thread_count():
+@pytest.mark.parametrize("kernel", [2, 3, 4])
+def test_the_forward_over_several_chunks_is_the_masked_sum(kernel):
+    """Past the first 256-token chunk too, at chunk starts and at documents starting inside a
+    chunk, for a site of two parts: 2 rows of 300 tokens, 3 chunks, documents of 37 tokens."""
+    docs = torch.arange(600).reshape(2, 300) // 37
+    inputs = canon_inputs(kernel, 2, docs, None)
+    torch.manual_seed(0)
+    xs = [torch.randn(2, 300, width, dtype=torch.float64) for width in (2, 3)]
+    w = torch.randn(5, kernel, dtype=torch.float64)
+    got = CanonConv.apply(w, inputs.reach(xs[0]), 1.0, *xs)
+    for i, (x, w_i, y) in enumerate(zip(xs, w.split([2, 3]), got)):
+        assert (y - _masked_sum(x, w_i, inputs, (0, str(i)), 1.0)).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("kernel, widths", [(4, [16]), (3, [5, 11])])
+def test_the_gradients_have_the_same_bits_for_any_thread_count(kernel, widths):
     """The tokens run in fixed chunks that torch's threads take one at a time; the taps' gradient
     sums the chunks in order. 3 rows of 1,000 tokens: 12 chunks, on one thread or two."""
+    from trainer.model.canon_cpu import _openmp_parallel
+
+    assert _openmp_parallel() is not None  # else both counts would run one loop, proving nothing
     docs = torch.arange(3000).reshape(3, 1000) // 70
-    inputs = canon_inputs(4, 3, docs, None)
+    inputs = canon_inputs(kernel, 3, docs, None)
     torch.manual_seed(0)
-    x, w, dz = torch.randn(3, 1000, 16), torch.randn(16, 4), torch.randn(3, 1000, 16)
+    xs = [torch.randn(3, 1000, width) for width in widths]
+    w, dzs = torch.randn(sum(widths), kernel), [torch.randn_like(x) for x in xs]
     grads = []
     threads = torch.get_num_threads()
     for count in (1, 2):
         torch.set_num_threads(count)
-        xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
-        CanonConv.apply(wc, inputs.reach(xc), 1.0, xc)[0].backward(dz)
-        grads.append((xc.grad, wc.grad))
+        xcs, wc = [x.clone().requires_grad_() for x in xs], w.clone().requires_grad_()
+        torch.autograd.backward(CanonConv.apply(wc, inputs.reach(xcs[0]), 1.0, *xcs), dzs)
+        grads.append([xc.grad for xc in xcs] + [wc.grad])
     torch.set_num_threads(threads)
-    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
-    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()  # and they are gradients
-    (_masked_sum(xr, wr, inputs, (0, "a"), 1.0) * dz).sum().backward()  # plain autograd
-    assert (grads[0][0] - xr.grad).abs().max() < 1e-4
-    assert (grads[0][1] - wr.grad).abs().max() < 1e-5 * wr.grad.abs().max()
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    dws = []
+    for x, w_i, dz, dx in zip(xs, w.split(widths), dzs, grads[0]):  # and they are gradients
+        xr, wr = x.clone().requires_grad_(), w_i.clone().requires_grad_()
+        (_masked_sum(xr, wr, inputs, (0, "a"), 1.0) * dz).sum().backward()  # plain autograd
+        assert (dx - xr.grad).abs().max() < 1e-4
+        dws.append(wr.grad)
+    dw = torch.cat(dws)
+    assert (grads[0][-1] - dw).abs().max() < 1e-5 * dw.abs().max()
 
 
 @pytest.mark.parametrize("kernel", [2, 3, 4])
@@ -191,18 +214,22 @@ def test_each_site_adds_its_width_times_kernel_parameters_per_layer(mlp, d_ff, k
                                           ("C", "norm2.weight"), ("D", "mlp.fc.weight")])
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_each_site_convolves_what_part_41_names(site, scaled, mlp):
-    """A convolution that only scales the current token by 1 + c (every other tap 0) is the
-    model without Canon with its site's input scaled: the normed input before attention (A),
-    q, k and v (B), the normed input before the MLP (C), the MLP's pre-activation (D)."""
+    """A convolution that only scales the current token, channel c by 1 + c_c (every other tap
+    0), is the model without Canon with its site's input scaled channel by channel: the normed
+    input before attention (A), q, k and v (B), the normed input before the MLP (C), the MLP's
+    pre-activation (D, gate and up in that order). A distinct scale per channel: parts taken
+    in the wrong order or at the wrong offset would scale the wrong channels."""
     model = build(canon=site, mlp=mlp, norm="rmsnorm")
     plain = build(mlp=mlp, norm="rmsnorm")
     plain.load_state_dict(model.state_dict(), strict=False)
     with torch.no_grad():
-        for layer, c in enumerate((0.5, -0.3)):
+        for layer, shift in enumerate((0.5, -0.3)):
             canon = next(m for m in model.blocks[layer].modules() if isinstance(m, Canon))
+            c = torch.linspace(-0.4, 0.4, canon.weight.shape[0]) + shift  # [C]
             canon.weight.zero_()
             canon.weight[:, 0, -1] = c
-            plain.get_parameter(f"blocks.{layer}.{scaled}").mul_(1 + c)
+            param = plain.get_parameter(f"blocks.{layer}.{scaled}")  # [C] or [C, d]: by channel
+            param.mul_((1 + c).view(-1, *[1] * (param.dim() - 1)))
     ids, positions, docs = packed_batch()
     assert (model(ids, positions, docs) - plain(ids, positions, docs)).abs().max() < 1e-5
 
