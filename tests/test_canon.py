@@ -64,12 +64,42 @@ def test_each_site_is_the_sum_over_shifted_inputs_within_each_document(kernel, r
     for site, width in canon_sites(config).items():
         canon = Canon(width, config, site.lower())
         x = torch.randn(2, 9, width)
-        parts = list(x.split([width // 3] * 3 if site == "B" else [width], dim=-1))
+        # in as many parts as the model passes: q, k and v (B); SwiGLU's gate and up (D)
+        parts = list(x.split([width // 3] * 3 if site == "B" else [width // 2] * 2
+                             if site == "D" else [width], dim=-1))
         for doc in (docs, None):  # None: one document per row
             truth = explicit(x, canon.weight.detach(), torch.zeros_like(docs)
                              if doc is None else docs, residual, activation)
             got = torch.cat(canon(parts, canon_inputs(kernel, 2, doc, None), 0), dim=-1)
             assert (got - truth).abs().max() < 1e-5, (site, doc is None)
+
+
+def test_one_row_of_doc_ids_is_shared_by_the_whole_batch():
+    docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2]])  # [1, T] for a batch of 3
+    canon = Canon(8, ModelConfig(d_model=8, n_head=2, canon="A", canon_kernel=3), "a")
+    torch.manual_seed(0)
+    x = torch.randn(3, 9, 8)
+    shared = canon([x], canon_inputs(3, 3, docs, None), 0)[0]
+    assert torch.equal(shared, canon([x], canon_inputs(3, 3, docs.expand(3, -1), None), 0)[0])
+    truth = explicit(x, canon.weight.detach(), docs.expand(3, -1), True, False)
+    assert (shared - truth).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype, tolerance", [
+    (torch.float32, torch.float64, 1e-6),  # the compiled loops in float64, as x * w would be
+    (torch.bfloat16, torch.bfloat16, 2e-2),  # CPU bfloat16: the masked sum, in bfloat16
+])
+def test_other_dtypes_are_the_explicit_sum_in_the_dtype_x_times_w_has(x_dtype, w_dtype,
+                                                                      tolerance):
+    docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 1, 1, 1, 1, 1, 1, 2, 2]])
+    canon = Canon(8, ModelConfig(d_model=8, n_head=2, canon="A", canon_kernel=4), "a")
+    canon = canon.to(w_dtype)
+    torch.manual_seed(0)
+    x = torch.randn(2, 9, 8).to(x_dtype)
+    y = canon([x], canon_inputs(4, 2, docs, None), 0)[0]
+    assert y.dtype == torch.promote_types(x_dtype, w_dtype)
+    truth = explicit(x.double(), canon.weight.detach().double(), docs, True, False)
+    assert (y.double() - truth).abs().max() < tolerance * truth.abs().max()
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "one-doc"])
