@@ -282,7 +282,8 @@ def test_no_token_reads_a_later_token_or_another_packed_document(pos):
 CACHED = {"nope": {"pos": "none"},
           "rope-quarter": {"pos": "rope", "rope": RopeOptions(fraction=0.25)},
           "swiglu-silu-k3": {"pos": "rope", "mlp": "swiglu", "canon_kernel": 3,
-                             "canon_activation": True}}
+                             "canon_activation": True},
+          "no-residual-k2": {"pos": "rope", "canon_kernel": 2, "canon_residual": False}}
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["one-doc", "packed"])
