@@ -112,7 +112,12 @@ def _spans(fields: np.ndarray, lengths: np.ndarray, offset: int) -> dict:
     return {"name_span": [int(starts[first]), int(ends[first + 2])], "value_spans": values}
 
 
-# each unit field's attribute (its index in ATTRIBUTES; -1: none), for _spans
-_OWNER = np.full(max(COLUMN.values()) + 1, -1)
-for _k, _attribute in enumerate(ATTRIBUTES):
-    _OWNER[[COLUMN[field] for field in SLOT_FIELDS[_attribute]]] = _k
+def _field_owners() -> np.ndarray:
+    """Each unit field's attribute (its index in ATTRIBUTES; -1: none), for _spans."""
+    owner = np.full(max(COLUMN.values()) + 1, -1)
+    for k, attribute in enumerate(ATTRIBUTES):
+        owner[[COLUMN[field] for field in SLOT_FIELDS[attribute]]] = k
+    return owner
+
+
+_OWNER = _field_owners()

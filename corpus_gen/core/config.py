@@ -80,7 +80,12 @@ def _omegaconf_error(exc: Exception, given: DictConfig, source: str, prefix: str
                      ) -> ConfigError:
     """The ConfigError for OmegaConf's `exc` on merging or building `given`, worded in config
     keys: OmegaConf's own messages name the schema's Python classes, which users never wrote."""
-    key, reason = getattr(exc, "full_key", None) or "?", _reason(exc)
+    return _key_error(given, getattr(exc, "full_key", None) or "?", _reason(exc), source, prefix)
+
+
+def _key_error(given: DictConfig, key: str, reason: str, source: str, prefix: str
+               ) -> ConfigError:
+    """The ConfigError for dotted `key` of `given`, with the value given there."""
     value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
     return ConfigError(prefix + key, value, reason, source)
 
@@ -197,9 +202,7 @@ def build_config(schema: type, layers: list[tuple[DictConfig, str]], prefix: str
     for given, source in layers:
         found = _find_shape_error(given, merged)
         if found:
-            key, reason = found
-            value = OmegaConf.select(given, key, default=None, throw_on_missing=False)
-            raise ConfigError(prefix + key, value, reason, source)
+            raise _key_error(given, *found, source, prefix)
         try:
             merged = OmegaConf.merge(merged, given)
         except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a mapping onto a list

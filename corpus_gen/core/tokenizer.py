@@ -55,32 +55,31 @@ def train_tokenizer(
 def _train(sentences: Iterator[str], vocab_size: int, model_type: str,
            user_symbols: Sequence[str], input_format: str = "text") -> bytes:
     model = io.BytesIO()
-    options = dict(
-        sentence_iterator=sentences,
-        model_writer=model,
-        vocab_size=vocab_size,
-        hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
-        model_type=model_type,
-        character_coverage=1.0,
-        byte_fallback=True,  # any character round-trips, even one unseen in the sample
-        normalization_rule_name="identity",  # keep text exactly as generated
-        remove_extra_whitespaces=False,
-        split_by_whitespace=True,  # pieces never cross spaces: makes the word cache exact
-        split_digits=False,
-        user_defined_symbols=[NEWLINE, *user_symbols],
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        pad_id=PAD_ID,
-        input_sentence_size=0,
-        shuffle_input_sentence=False,
-        max_sentence_length=_MAX_SENTENCE_BYTES,
-        num_threads=1,
-        minloglevel=2,
-        **({"input_format": input_format} if input_format != "text" else {}),
-    )
     try:
-        spm.SentencePieceTrainer.train(**options)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences,
+            model_writer=model,
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
+            model_type=model_type,
+            character_coverage=1.0,
+            byte_fallback=True,  # any character round-trips, even one unseen in the sample
+            normalization_rule_name="identity",  # keep text exactly as generated
+            remove_extra_whitespaces=False,
+            split_by_whitespace=True,  # pieces never cross spaces: makes the word cache exact
+            split_digits=False,
+            user_defined_symbols=[NEWLINE, *user_symbols],
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_id=PAD_ID,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            max_sentence_length=_MAX_SENTENCE_BYTES,
+            num_threads=1,
+            minloglevel=2,
+            **({"input_format": input_format} if input_format != "text" else {}),
+        )
     except RuntimeError as exc:  # SentencePiece's own check, raised with a traceback
         needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(exc))
         if needed is None:
