@@ -153,6 +153,20 @@ def test_a_model_that_ignores_the_query_scores_about_its_chance(corpus, rows, tm
     assert set(results["failures"]) <= {"missing", "extra"}
 
 
+def test_per_depth_scores_each_depth_apart(corpus, rows, tmp_path):
+    # right up to depth 1; deeper, the answer without its last word (the query): missing
+    by_prompt, answers = {tuple(row["prompt"]): row for row in rows}, lookup(rows)
+    model = AnswerModel(VOCAB, "=>", lambda p: answers(p) if by_prompt[tuple(p)]["depth"] <= 1
+                        else answers(p)[:-2])
+    results = brevo.run(context_for(model, VOCAB, corpus, tmp_path), brevo.BrevoOptions())
+    counts = {depth: sum(row["depth"] == depth for row in rows)
+              for depth in sorted({row["depth"] for row in rows})}
+    assert len(counts) >= 3 and counts[1] > 0  # the fixture has shallow and deep queries
+    assert results["per_depth"] == {str(depth): {"accuracy": 1.0 if depth <= 1 else 0.0, "n": n}
+                                    for depth, n in counts.items()}
+    assert results["failures"] == {"missing": sum(n for d, n in counts.items() if d > 1)}
+
+
 # a DAG by hand: a -> c, b -> c, c -> d, a -> d, e -> f (words of the test's letters)
 A, B, C, D, E, F = "w1 w1.", "w1 w2.", "w1 w3.", "w2 w1.", "w2 w2.", "w2 w3."
 EDGES = [[C, D], [A, C], [E, F], [B, C], [A, D]]
@@ -167,6 +181,8 @@ EDGES = [[C, D], [A, C], [E, F], [B, C], [A, D]]
     ([A, C, B, D], True, "order"),  # c before its parent b
     ([A, B, D, C], True, "order"),  # the query before its parent c
     ([A, B, C, C, D], True, "duplicate"),
+    ([A, B, D, C, F], True, "extra"),  # out of order too: the docstring's first reason counts
+    ([A, B, C, E, E, D], True, "duplicate"),  # an extra word twice: duplicate comes first
     ([A, B, C, D, D], False, "duplicate"),  # a loop that hits the budget: duplicate first
     ([A, B], False, "unfinished"),  # right so far, cut by the budget
     ([A, B, C, D], False, "unfinished"),  # the whole answer, but no EOS within the budget

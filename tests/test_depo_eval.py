@@ -127,15 +127,19 @@ def test_the_first_complete_word_decides():
     assert depo.verdict(["w1", "w2"], answer) == "no_word"  # no end letter: no word yet
     assert depo.verdict([], answer) == "no_word"
     assert depo.verdict(["w2."], answer) == "wrong_word"  # a suffix of the answer is another word
+    assert depo.verdict(["w3.", "w1", "w2."], answer) == "wrong_word"  # the answer comes too late
     assert depo.verdict(["=>", "w1", "w2."], answer) == "wrong_word"
     assert depo.verdict(None, answer) == "prompt_too_long"
 
 
-def test_a_word_longer_than_the_budget_is_no_word(corpus, rows, tmp_path):
-    model = AnswerModel(VOCAB, "=>", lambda p: ids(["w1"] * 20 + ["w1."]))
+@pytest.mark.parametrize(("length", "reason"), [(8, "wrong_word"), (9, "no_word"),
+                                               (21, "no_word")])
+def test_a_word_longer_than_the_budget_is_no_word(corpus, rows, tmp_path, length, reason):
+    # a word of exactly max_new_tokens tokens is still read (and wrong: answers have 1-2)
+    model = AnswerModel(VOCAB, "=>", lambda p: ids(["w1"] * (length - 1) + ["w1."]))
     results = depo.run(context_for(model, VOCAB, corpus, tmp_path),
                        depo.DepoOptions(max_new_tokens=8))
-    assert results["accuracy"] == 0.0 and results["failures"] == {"no_word": 600}
+    assert results["accuracy"] == 0.0 and results["failures"] == {reason: 600}
 
 
 @pytest.mark.parametrize(("accuracies", "depth"), [
@@ -147,6 +151,26 @@ def test_a_word_longer_than_the_budget_is_no_word(corpus, rows, tmp_path):
 def test_depth_is_the_largest_k_with_every_smaller_k_solved(accuracies, depth):
     per_k = {str(k): {"accuracy": a, "n": 10} for k, a in accuracies.items()}
     assert largest_solved(per_k, 0.9) == depth
+
+
+def test_run_reports_the_depth_of_its_threshold_with_every_smaller_k_solved(corpus, rows,
+                                                                           tmp_path):
+    # right everywhere except half of the k = 2 rows, where it answers the query (never its own
+    # 2nd successor on a 5-cycle): k = 4 is solved, k = 2 is not
+    by_prompt, answers = {tuple(row["prompt"]): row for row in rows}, lookup(rows)
+
+    def answer(prompt: list[int]) -> list[int]:
+        row = by_prompt[tuple(prompt)]
+        return ids(row["query"].split()) if row["k"] == 2 and row["id"] % 2 else answers(prompt)
+
+    model = AnswerModel(VOCAB, "=>", answer)
+    results = depo.run(context_for(model, VOCAB, corpus, tmp_path), depo.DepoOptions())
+    assert results["per_k"] == {"1": {"accuracy": 1.0, "n": 200}, "2": {"accuracy": 0.5, "n": 200},
+                                "4": {"accuracy": 1.0, "n": 200}}
+    assert results["depth"] == 1
+    results = depo.run(context_for(model, VOCAB, corpus, tmp_path),
+                       depo.DepoOptions(threshold=0.5))
+    assert results["depth"] == 4
 
 
 def test_max_rows_takes_the_first_rows_of_each_k(corpus, rows, tmp_path):

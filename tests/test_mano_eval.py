@@ -25,10 +25,15 @@ from trainer.model import GPT, ModelConfig
 
 L, MOD = 3, 23
 SYNONYMS = {"+": ("+", "plus"), "-": ("-", "minus"), "*": ("*", "times")}
-NAMES = ("<eos>", "<bos>", *(f"len{ops}" for ops in range(1, L + 1)),
-         *(name for pair in SYNONYMS.values() for name in pair),
-         *(str(v) for v in range(MOD)), "=")
-VOCAB = Vocabulary(NAMES, "mano test")
+
+
+def vocabulary(levels: int) -> Vocabulary:
+    return Vocabulary(("<eos>", "<bos>", *(f"len{ops}" for ops in range(1, levels + 1)),
+                       *(name for pair in SYNONYMS.values() for name in pair),
+                       *(str(v) for v in range(MOD)), "="), f"mano test, l up to {levels}")
+
+
+VOCAB = vocabulary(L)
 APPLY = {"+": lambda a, b: (a + b) % MOD, "-": lambda a, b: (a - b) % MOD,
          "*": lambda a, b: a * b % MOD}
 
@@ -51,15 +56,18 @@ def expression(rng: random.Random, ops: int) -> tuple[list[str], list[str], int]
             APPLY[op](a, b))
 
 
-def mano_rows(per_l: int, seed: int = 0) -> list[dict]:
+def mano_rows(per_l: int, seed: int = 0, levels: int = L, vocab: Vocabulary = VOCAB
+              ) -> list[dict]:
     rng = random.Random(seed)
     rows = []
-    for ops in range(1, L + 1):
+    for ops in range(1, levels + 1):
         for _ in range(per_l):
             tokens, text, value = expression(rng, ops)
-            rows.append({"id": len(rows), "prompt": ids(["<bos>", f"len{ops}", *tokens, "="]),
-                         "answer": ids([str(value)]), "ops": ops, "expression": " ".join(text),
-                         "value": value})
+            rows.append({"id": len(rows),
+                         "prompt": [vocab.token_id(name)
+                                    for name in ["<bos>", f"len{ops}", *tokens, "="]],
+                         "answer": [vocab.token_id(str(value))], "ops": ops,
+                         "expression": " ".join(text), "value": value})
     return rows
 
 
@@ -146,6 +154,26 @@ def test_the_length_and_the_accuracy_at_the_largest_l(corpus, rows, tmp_path):
     assert results["length"] == 3 and results["n"] == 90
 
 
+def test_the_length_needs_every_smaller_l_and_l_10_is_the_largest(tmp_path):
+    # l up to 10 (the shipped mano's max_ops): wrong on l = 2 and l = 10 only, so the length
+    # is 1 (l = 3..9 solved do not count past l = 2), and "10" is the largest l, not "9"
+    vocab = vocabulary(10)
+    rows = mano_rows(per_l=20, levels=10, vocab=vocab)
+    corpus = write_set(tmp_path / "corpus", vocab, mano.TEST_SET, rows)
+    by_prompt, answers = {tuple(row["prompt"]): row for row in rows}, lookup(rows)
+
+    def respond(prompt: list[int]) -> list[int]:
+        row = by_prompt[tuple(prompt)]
+        wrong = row["ops"] in (2, 10)
+        return [vocab.token_id(str((row["value"] + 1) % MOD))] if wrong else answers(prompt)
+
+    results = mano.run(context_for(AnswerModel(vocab, "=", respond), vocab, corpus, tmp_path),
+                       mano.ManoOptions())
+    assert results["max_ops"] == 10 and results["accuracy_at_max"] == 0.0
+    assert results["length"] == 1 and results["per_ops"]["9"] == {"accuracy": 1.0, "n": 20}
+    assert results["failures"] == {"wrong_value": 40}
+
+
 @pytest.mark.parametrize("given", [["="], ["<eos>"], ["plus"]])
 def test_an_answer_that_is_no_number_is_named(corpus, tmp_path, given):
     model = AnswerModel(VOCAB, "=", lambda p: ids(given))
@@ -155,8 +183,8 @@ def test_an_answer_that_is_no_number_is_named(corpus, tmp_path, given):
 
 
 def test_a_real_gpt_runs_and_prompts_past_its_positions_are_counted(corpus, rows, tmp_path):
-    model = GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, vocab_size=len(NAMES), pos="learned",
-                            ctx=8))
+    model = GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, vocab_size=VOCAB.vocab_size,
+                            pos="learned", ctx=8))
     results = mano.run(context_for(model, VOCAB, corpus, tmp_path),
                        mano.ManoOptions(max_rows=20, batch_size=16))
     too_long = sum(len(row["prompt"]) >= 8 for row in rows if row["id"] % 300 < 20)
