@@ -228,6 +228,9 @@ def test_no_test_instance_is_trained_on():
     held_out = {instance(r["text"]) for r in eval_rows(config)}
     trained = Counter(instance(r.text) for r in training_records(config, 0, 3000))
     assert len(held_out) > 20 and not held_out & set(trained)
+    # an instance is the edges with the query: a held-out graph asked another query is trained on
+    graphs = {edges for edges, _ in held_out}
+    assert sum(c for (edges, _), c in trained.items() if edges in graphs) > 50
     assert sum(c for (edges, _), c in trained.items() if len(edges) >= 3) > 1000
     # without the redraws, some of these documents would have been test instances
     index = np.arange(3000)
@@ -280,6 +283,11 @@ def test_bad_values_are_refused_naming_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         _config("max_n=9", "mini_vocab=9", "max_len=1", override)
     assert err.value.key == key
+
+
+@pytest.mark.parametrize("max_n", [3, 100_000])
+def test_max_n_at_its_bounds_is_accepted(max_n):
+    assert _config(f"max_n={max_n}", "mini_vocab=400", "max_len=2").max_n == max_n
 
 
 def test_gen_refuses_a_bad_value_with_exit_2(tmp_path, capsys):

@@ -212,6 +212,12 @@ def test_bad_values_are_refused_naming_the_key(override, key):
     assert err.value.key == key
 
 
+@pytest.mark.parametrize("max_n", [3, 100_000])
+def test_max_n_at_its_bounds_is_accepted(max_n):
+    # 400 + 400**2 words of 1-2 letters: enough for the largest cycle
+    assert _config(f"max_n={max_n}", "max_k=2", "mini_vocab=400", "max_len=2").max_n == max_n
+
+
 def test_gen_refuses_a_bad_value_with_exit_2(tmp_path, capsys):
     code = main(["gen", str(ROOT / "configs/corpus/depo1.yaml"), "max_k=375",
                  "--out", str(tmp_path / "c"), "--no-progress"])

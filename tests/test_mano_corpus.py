@@ -126,9 +126,10 @@ def test_operators_synonyms_and_leaves_are_uniform_at_every_position():
         assert _chi_square_p(Counter(leaves.tolist()), {v: 1 / 5 for v in range(5)}) > 1e-4
 
 
-@pytest.mark.parametrize("ops, modulus", [("+-*", 7), ("+-*/", 7), ("+-*/", 131)])
+@pytest.mark.parametrize("ops, modulus", [("+-*", 7), ("+-*/", 7), ("+-*/", 131), ("+-", 103)])
 def test_training_values_match_a_plain_recursive_evaluator(ops, modulus):
-    # p = 7: one table lookup per operator; p = 131: the table would be too big, arithmetic
+    # p = 7: one table lookup per operator; p = 131: the table would be too big, arithmetic;
+    # p = 103: 103 * fl(1/103) < 1, so a sum of exactly p must still reduce to 0
     config = _config("max_ops=6", f"ops={ops}", f"modulus={modulus}", "eval_samples=5")
     records = training_records(config, 0, 3000)
     for record in records:
@@ -261,6 +262,12 @@ def test_bad_values_are_refused_naming_their_key(override, key):
     with pytest.raises(ConfigError) as err:
         _config(override)
     assert err.value.key == key
+
+
+@pytest.mark.parametrize("overrides", [("modulus=65521", "eval_samples=0"), ("max_ops=64",),
+                                       ("eval_samples=793",)])  # 793: half of the 1,587
+def test_values_at_their_bounds_are_accepted(overrides):
+    _config(*overrides)
 
 
 def test_physlm_gen_makes_a_small_corpus_and_refuses_a_bad_key_in_one_line(tmp_path, capsys):
