@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus_gen.birth import bigrams
+from corpus_gen.birth import bigrams, sequences
+from corpus_gen.birth import family as birth
 from corpus_gen.core.errors import ConfigError
 from corpus_gen.core.generate import generate_corpus
 from corpus_gen.core.registry import get_family
@@ -148,6 +149,30 @@ def test_outputs_follow_their_law(mode):
            "bigram": np.array(COUNTS["bigram_counts"][1], dtype=float)}[mode]  # after "<sp>"
     assert observed[law == 0].sum() == 0
     assert chi_square_p(observed[law > 0], law[law > 0]) > 1e-6
+
+
+def test_each_triggers_bigram_output_follows_the_law_after_that_trigger():
+    config = _config("trigger_mode=frequent", "triggers=2", "seq_len=4", "output_mode=bigram")
+    drawn = birth._draw(config, "train", np.arange(20000))
+    assert drawn.triggers[0].tolist() == [1, 43]  # "<sp>", "e": the two most frequent
+    law = np.array(COUNTS["bigram_counts"][43], dtype=float)  # after "e", not after "<sp>"
+    observed = np.bincount(drawn.outputs[:, 1], minlength=V)
+    assert observed[law == 0].sum() == 0
+    assert chi_square_p(observed[law > 0], law[law > 0]) > 1e-6
+
+
+def test_ood_outputs_are_uniform_over_all_17_held_out_characters():
+    config = _config("trigger_mode=frequent", "triggers=1", "seq_len=2", "output_mode=held_out")
+    observed = np.bincount(birth._draw(config, "ood", np.arange(17000)).outputs[:, 0],
+                           minlength=V)
+    assert observed[:48].sum() == 0 and (observed[48:] > 0).all()
+    assert chi_square_p(observed[48:], np.ones(V - 48)) > 1e-6
+
+
+def test_a_category_is_the_first_whose_cumulative_count_exceeds_the_draw():
+    cumulative = np.array([0, 3, 3, 5], dtype=np.int64)  # counts 0, 3, 0, 2
+    drawn = [sequences._category(cumulative, np.uint64(h)) for h in range(10)]
+    assert drawn == [1, 1, 1, 3, 3] * 2  # the draw mod 5; ids 0 and 2 (no count) never
 
 
 def test_eval_rows_give_each_outputs_position_and_occurrence_and_ood_holds_held_out_outputs():

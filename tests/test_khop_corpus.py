@@ -133,6 +133,14 @@ def test_the_test_rows_hold_every_k_alike_as_vocabulary_ids():
         assert row["text"] not in train  # their own stream
 
 
+def test_max_hops_may_be_seq_len_minus_2_where_only_the_last_letter_has_a_target():
+    config = _config("alphabet=2", "seq_len=12", "max_hops=10")
+    batch = family.documents(config, "test", np.arange(3), np.array([10, 10, 10]))
+    units, targets, _ = _rows(batch, config)
+    assert (targets[:, 1:12] == 2).all()  # "~": fewer than 10 earlier occurrences to walk
+    assert (targets[:, 12] == units[:, 2]).all()  # ten hops back from letter 11: letter 1
+
+
 @pytest.mark.parametrize("override, key", [
     ("alphabet=1", "alphabet"), ("alphabet=27", "alphabet"), ("max_hops=-1", "max_hops"),
     ("max_hops=97", "max_hops"), ("seq_len=1", "seq_len"), ("hop_weights=[1,2]", "hop_weights"),

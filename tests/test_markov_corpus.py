@@ -166,6 +166,16 @@ def test_fresh_tables_have_the_dirichlet_mean_and_variance(beta):
     assert np.all(np.abs(tables.var(0) - variance) < 5 * math.sqrt(variance / n))
 
 
+def test_a_fresh_table_is_independent_of_its_own_sequence():
+    # the table's draw and its tokens' draws come from separate keys: whether the first token
+    # is 0 (uniform) says nothing of the table's first row, x ~ Beta(0.3, 0.3)
+    config = _config("table=fresh", "order=1", "beta=0.3", "initial=uniform", "seq_len=2")
+    tokens, tables = family.draw(config, "train", np.arange(20000))
+    x, zero = tables[:, 0, 0], tokens[:, 0] == 0
+    sigma = math.sqrt(0.25 / 1.6 * (1 / zero.sum() + 1 / (~zero).sum()))
+    assert abs(x[zero].mean() - x[~zero].mean()) < 5 * sigma
+
+
 def test_a_fixed_table_is_a_function_of_the_seed():
     a, b = (family.shared_table(_config("table=fixed", f"seed={s}")) for s in (0, 1))
     assert np.array_equal(a, family.shared_table(_config("table=fixed", "seed=0")))

@@ -94,6 +94,15 @@ def test_drawn_answers_are_uniform_over_the_relations_block():
         assert chi_square_p(counts, np.full(8, 40_000 / 8)) > P_FLOOR
 
 
+def test_each_relations_answers_are_drawn_apart_from_the_others():
+    table = fact_table(0, 40_000, 3, 8, False)
+    for r, s in ((0, 1), (1, 2)):  # the same place in their blocks: 1/8 of the subjects
+        agree = int((table[:, r] - 8 * r == table[:, s] - 8 * s).sum())
+        assert abs(agree - 5000) < 5 * math.sqrt(40_000 / 8 * 7 / 8)
+    one_to_one = fact_table(0, 8, 3, 8, True)
+    assert (one_to_one[:, 0] != one_to_one[:, 1] - 8).any()
+
+
 @pytest.mark.parametrize("exponent", [0.0, 1.0, 2.5])
 def test_subjects_and_relations_follow_their_zipf_laws(exponent):
     config = _config("subjects=6", "relations=3", "noise_tokens=3", "seq_len=6",
@@ -179,6 +188,18 @@ def test_the_test_set_asks_every_fact_once():
         assert {k: row[k] for k in truth if k != "answer"} == {
             k: v for k, v in truth.items() if k != "answer"}
         assert truth["answer"] == table[row["subject"], row["relation"]]
+
+
+def test_the_test_rows_noise_is_not_the_training_documents():
+    # the test stream is its own: row i's 4 noise words (of 20) are not training document i's
+    config = _config("subjects=5", "relations=3", "seq_len=7")
+
+    def noise(text: str) -> list[str]:
+        return [word for word in text.split() if word.startswith("n")]
+
+    rows, documents = eval_rows(config), training_records(config, 0, 15)
+    assert all(noise(row["text"]) != noise(document.text)
+               for row, document in zip(rows, documents))
 
 
 def test_the_test_set_spans_several_blocks_of_rows():
