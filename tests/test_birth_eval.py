@@ -139,3 +139,35 @@ def test_end_to_end_train_then_physlm_eval(corpus, tmp_path):
     assert len(saved["induction"]["per_layer"]) == 2 and len(saved["memories"]) == 3
     for picture in ("birth.png", birth.ATTENTION):
         assert (run_dir / "eval" / picture).stat().st_size > 0
+
+
+def _scored_by_hand(model: GPT, rows: list[dict]) -> dict[str, tuple[float, float, int]]:
+    """(accuracy, loss, count) of the first occurrences' outputs and of the later ones'
+    (context), from the model's logits."""
+    with torch.no_grad():
+        logp = model(torch.tensor([row["tokens"] for row in rows])).log_softmax(-1)
+    sums = {"first": [0, 0.0, 0], "context": [0, 0.0, 0]}
+    for i, row in enumerate(rows):
+        for position, occurrence in zip(row["positions"], row["occurrence"]):
+            entry = sums["first" if occurrence == 1 else "context"]
+            target = row["tokens"][position]
+            entry[0] += int(logp[i, position - 1].argmax() == target)
+            entry[1] -= float(logp[i, position - 1, target])
+            entry[2] += 1
+    return {name: (right / n, loss / n, n) for name, (right, loss, n) in sums.items()}
+
+
+def test_first_accuracy_and_context_loss_are_over_their_own_outputs(corpus, tmp_path):
+    rows = rows_of(corpus, "birth_test")
+    model = induction_gpt(VOCAB, T)
+    results = birth.run(context_for(model, corpus, tmp_path), birth.BirthOptions())["test"]
+    first = _scored_by_hand(model, rows)["first"]
+    assert 0 < first[0] < 0.3 and results["first_accuracy"] == pytest.approx(first[0])
+    torch.manual_seed(0)  # a random model: a context loss far from 0 (about ln 66)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, d_model=32, vocab_size=VOCAB, ctx=T,
+                            pos="learned", mlp="none", tie_embeddings=False)).eval()
+    results = birth.run(context_for(model, corpus, tmp_path / "random"),
+                        birth.BirthOptions())["test"]
+    context = _scored_by_hand(model, rows)["context"]
+    assert results["context_loss"] == pytest.approx(context[1], rel=1e-5)
+    assert results["context_n"] == context[2] and len(rows) == ROWS

@@ -156,3 +156,23 @@ def test_bad_options_and_a_damaged_row_are_named(corpus, tmp_path):
         khop.load_rows(damaged, 0, VOCAB)
     with pytest.raises(TrainError, match="the khop task needs a khop corpus"):
         khop.load_rows(tmp_path / "nothing", 0, VOCAB)
+
+
+def test_the_largest_k_solved_orders_k_as_numbers():
+    per_k = {str(k): {"error": 0.5 if k == 2 else 0.0} for k in range(12)}  # "10" < "2" as text
+    assert khop.largest_k_solved(per_k, 0.05) == 1
+
+
+def test_each_ks_loss_is_over_its_own_rows(corpus, tmp_path):
+    results = khop.run(_context(HopModel(walks_up_to(0)), corpus, tmp_path),
+                       khop.KhopOptions(max_rows=20))
+    assert results["per_k"]["0"]["loss"] == 0 and math.isinf(results["per_k"]["1"]["loss"])
+
+
+def test_per_position_errors_are_in_position_order(corpus, tmp_path):
+    def late(letters: list[int], k: int) -> int:  # walks only from the 9th letter on
+        return walk(letters, k) if len(letters) > 8 else BLANK
+
+    results = khop.run(_context(HopModel(late), corpus, tmp_path),
+                       khop.KhopOptions(per_position=True))
+    assert results["per_position"]["error"] == [1.0] * 8 + [0.0] * (SEQ_LEN - 8)

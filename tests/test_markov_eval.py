@@ -204,3 +204,43 @@ def test_a_damaged_row_and_a_missing_corpus_are_named(fixed, tmp_path):
         markov.load_rows(damaged, 0)
     with pytest.raises(TrainError, match="references.json: missing; the markov task needs"):
         markov.read_references(damaged)
+
+
+def test_a_uniform_models_distances_to_the_switching_table(switching, tmp_path):
+    # context 0's row is [.5 .5] (uniform: no distance), context 1's [.8 .2]: TV 0.3 (half the
+    # L1 distance) and KL 0.8 ln 1.6 + 0.2 ln 0.4, each weighted by context 1's share
+    corpus, _ = switching
+    results = markov.run(_context(ChainModel(2, lambda _: None), corpus, tmp_path),
+                         markov.MarkovOptions())
+    share = results["table"]["count"][1] / sum(results["table"]["count"])
+    assert 0.2 < share < 0.8
+    assert results["tv_to_bayes"] == pytest.approx(0.3 * share)
+    kl = 0.8 * math.log(0.8 / 0.5) + 0.2 * math.log(0.2 / 0.5)
+    assert results["kl_to_bayes"] == pytest.approx(kl * share)
+
+
+def test_a_reference_has_a_standard_error_and_no_gap_claims_one(fresh, tmp_path):
+    corpus, _ = fresh
+    results = markov.run(_context(_add_beta_model(2, 0.5), corpus, tmp_path),
+                         markov.MarkovOptions(max_rows=5))
+    assert "bayes_loss_stderr" in results["references"]
+    assert not [key for key in results if key.startswith("gap_to_") and key.endswith("stderr")]
+
+
+def test_the_learned_tables_error_leaves_unseen_contexts_out():
+    table = np.array([[0.5, 0.5], [0.8, 0.2], [0.1, 0.9]])
+    context = np.array([[0, 1, 1, 0]])  # context 2 never occurs
+    learned = markov.learned_table(np.log(table[context]), context, table)
+    assert learned["count"] == [2, 2, 0] and learned["learned"][2] is None
+    assert learned["max_abs_error"] == pytest.approx(0, abs=1e-12)
+
+
+def test_fresh_tables_scored_on_the_positions_a_model_has(fresh, tmp_path):
+    corpus, _ = fresh
+    model = _add_beta_model(2, 0.5)
+    model.positional.max_positions = 20  # fewer than the rows' positions
+    results = markov.run(_context(model, corpus, tmp_path), markov.MarkovOptions(max_rows=10))
+    assert results["positions"] == [1, 20]
+    assert len(results["per_position"]["bayes_loss"]) == 20
+    assert results["kl_to_bayes"] == pytest.approx(0, abs=1e-6)
+    assert results["loss"] == pytest.approx(results["on_these_rows"]["bayes_loss"])

@@ -182,3 +182,23 @@ def test_answers_that_differ_from_the_fact_table_are_named(distinct, tmp_path):
 def test_a_corpus_without_facts_is_named(tmp_path):
     with pytest.raises(TrainError, match="facts.json: missing; the recall task needs a recall"):
         recall.read_facts(tmp_path)
+
+
+def test_the_weights_are_renormalised_over_the_rows_evaluated(distinct, tmp_path):
+    table = _table(distinct)
+    model = FactModel(distinct, lambda s, r, block: {table[s][r]: 0.0})
+    results = recall.run(_context(model, distinct, tmp_path), recall.RecallOptions(max_rows=9))
+    assert results["weighted_accuracy"] == pytest.approx(1.0)
+
+
+def test_the_relation_law_weights_the_accuracy(tmp_path):
+    corpus = _corpus(tmp_path / "corpus", "distinct_answers=true", "relation_zipf=1.0")
+    table = _table(corpus)
+
+    def guess(s: int, r: int, block: int) -> dict[int, float]:  # right on relation 0 only
+        return {table[s][r] if r == 0 else (table[s][r] + D) % (R * D): 0.0}
+
+    results = recall.run(_context(FactModel(corpus, guess), corpus, tmp_path),
+                         recall.RecallOptions())
+    assert results["accuracy"] == pytest.approx(1 / 3)
+    assert results["weighted_accuracy"] == pytest.approx(6 / 11)  # P(r) ~ 1, 1/2, 1/3
