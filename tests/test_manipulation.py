@@ -175,3 +175,26 @@ def test_the_task_reads_the_sets_and_refuses_a_corpus_without_them(sets, tokeniz
     assert result["chance"] == 0.5 and set(result["test"]) == {"cot"}
     manipulation.plot({"step": 1, **result}, tmp_path / "m.png")
     assert (tmp_path / "m.png").stat().st_size > 1000
+
+
+def test_reasoning_wrong_only_in_its_second_token_is_wrong(sets, tokenizer, tmp_path):
+    rows = [row for row in sets["manipulation_test"] if row["form"] == "cot"][:12]
+    table = {}
+    for row in rows:
+        prompt = tokenizer.encode(row["prompt"])
+        said = tokenizer.encode(answered(verdict_lead(row["prompt"], "cot", row["reasoning"]),
+                                         row["verdict"]))[len(prompt):]
+        said[1] = (said[1] + 1) % tokenizer.vocab_size
+        table.update({tuple(prompt + said[:i]): token for i, token in enumerate(said)})
+    model = PlantedModel(tokenizer.vocab_size, table, fallback=tokenizer.eos_id)
+    results = manipulation.score_rows(context_for(model, tokenizer, tmp_path), rows, 5)["cot"]
+    assert results["reasoning"] == 0.0 and results["reasoned_accuracy"] is None
+
+
+def test_the_majority_baseline_is_the_commoner_verdict_when_it_is_no(sets, tokenizer, tmp_path):
+    plain = [row for row in sets["manipulation_test"] if row["form"] == "plain"]
+    rows = ([row for row in plain if row["verdict"] == "yes"][:1]
+            + [row for row in plain if row["verdict"] == "no"][:3])
+    model = planted(tokenizer, rows, lambda row: "yes")
+    results = manipulation.score_rows(context_for(model, tokenizer, tmp_path), rows, 4)["plain"]
+    assert (results["accuracy"], results["majority"]) == (0.25, 0.75)

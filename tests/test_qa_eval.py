@@ -300,3 +300,12 @@ def test_a_trained_model_beats_the_same_model_at_init(tokenizer, rows, tmp_path,
     trained = score_split(context_for(model, tokenizer, tmp_path), rows, 8)
     assert at_init["exact"] == 0.0 and at_init["first_token"] < 0.2
     assert trained["exact"] >= 0.9 and trained["first_token"] == 1.0
+
+
+def test_chance_counts_the_expected_answers_not_the_models(tokenizer, rows, tmp_path):
+    universities = [row for row in rows if row["attribute"] == "university"]  # three apart
+    model = plant(tokenizer, universities, [PEOPLE[0]["university"]] * 3)  # always the first
+    entry = score_split(context_for(model, tokenizer, tmp_path), universities,
+                        4)["per_attribute"]["university"]
+    assert entry["exact"] == entry["first_token"] == pytest.approx(1 / 3)
+    assert entry["first_token_chance"] == entry["exact_chance"] == pytest.approx(1 / 3)

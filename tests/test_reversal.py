@@ -178,3 +178,59 @@ def test_inverse_qa_needs_mix_mode(bios_config):
 
     with pytest.raises(ConfigError, match="inverse_qa=1: needs mode=mix or qa"):
         bios_config(people=40, inverse_qa=1)
+
+
+def _score_inverse(tokenizer, tmp_path, rows: list[dict], answers: list[str]) -> dict:
+    model = plant(tokenizer, rows, answers)
+    return reversal.score_inverse(context_for(model, tokenizer, tmp_path), rows, 4)
+
+
+def test_a_full_name_needs_its_period(tokenizer, tmp_path):
+    rows = _inverse()
+    results = _score_inverse(tokenizer, tmp_path, rows,
+                             [f"{row['answer']} {ELSEWHERE}" for row in rows])
+    assert (results["full_name"], results["first_name"]) == (0.0, 1.0)
+
+
+def test_the_overall_rate_pools_rows_not_levels(tokenizer, tmp_path):
+    # level 1 keeps one row, answered wrong: 12 of 13 rows right (a mean of the levels: 0.8)
+    rows = [row for row in _inverse() if row["level"] != 1 or row["person"] == 2]
+    answers = [full_name(PEOPLE[(row["person"] + 1) % 3]) if row["level"] == 1
+               else row["answer"] for row in rows]
+    results = _score_inverse(tokenizer, tmp_path, rows, answers)
+    assert results["n"] == 13 and results["per_level"]["1"]["full_name"] == 0.0
+    assert results["full_name"] == results["first_name"] == pytest.approx(12 / 13)
+
+
+def test_a_first_name_of_several_tokens_must_match_whole(tokenizer, tmp_path):
+    person = {**PEOPLE[1], "first": "Boada"}  # Bo|a|da
+    rows = [json.loads(json.dumps(row)) for row in inverse_rows(person, "test", tuple(LEVELS))]
+    assert len(tokenizer.encode(" Boada")) > 1
+    results = _score_inverse(tokenizer, tmp_path, rows, [f"Bo {ELSEWHERE}"] * len(rows))
+    assert (results["full_name"], results["first_name"]) == (0.0, 0.0)
+
+
+def _run_both(tokenizer, tmp_path, forward_answer, inverse_answer, **options) -> dict:
+    forward = [json.loads(json.dumps(row)) for person in PEOPLE
+               for row in eval_rows(person, "test")]
+    inverse = _inverse()
+    _write_sets(tmp_path, forward, inverse)
+    model = plant(tokenizer, forward + inverse, [forward_answer(row) for row in forward]
+                  + [inverse_answer(row) for row in inverse])
+    return reversal.run(context_for(model, tokenizer, tmp_path),
+                        reversal.ReversalOptions(splits=["test"], batch_size=8,
+                                                 **options))["test"]
+
+
+def test_the_headlines_are_their_own_fields(tokenizer, tmp_path):
+    results = _run_both(tokenizer, tmp_path,
+                        lambda row: f"{row['answer'].split(' ')[0]} {ELSEWHERE}",
+                        lambda row: f"{row['first_name']} {ELSEWHERE}")
+    assert results["forward_exact"] == 0.0  # the forward answers' first tokens are right
+    assert (results["inverse_full_name"], results["inverse_first_name"]) == (0.0, 1.0)
+
+
+def test_max_people_bounds_the_inverse_rows_too(tokenizer, tmp_path):
+    results = _run_both(tokenizer, tmp_path, lambda row: row["answer"],
+                        lambda row: row["answer"], max_people=2)
+    assert (results["forward_n"], results["inverse_n"], results["inverse_dropped"]) == (12, 10, 0)
