@@ -255,3 +255,22 @@ def test_a_damaged_bios_json_is_named(bios_corpus, tmp_path):
     record_corpus_file(corpus, "bios.json")
     with pytest.raises(TrainError, match=r"bios.json: damaged \(KeyError\('attributes'\)\)"):
         capacity.run(context, capacity.CapacityOptions())
+
+
+def test_a_value_read_over_two_spans_costs_both(bios_corpus, tmp_path):
+    # the employer's value is its company and the company's city: a uniform model pays ln V
+    # for every token of both spans
+    rows = _rows(bios_corpus)
+    context = real_context(bios_corpus, None, tmp_path)
+    context.model = UniformModel(context.tokenizer.vocab_size)
+    results = capacity.run(context, capacity.CapacityOptions())
+    encode = context.tokenizer.encode
+
+    def tokens(row: dict, part: str) -> int:
+        start, stop = row["value_spans"][part]
+        return len(encode(row["text"][:stop])) - (len(encode(row["text"][:start - 1]))
+                                                  if start else 0)
+
+    count = sum(tokens(row, part) for row in rows for part in ("employer", "company_city"))
+    assert results["per_attribute"]["employer"]["value_ce"] == pytest.approx(
+        count / len(rows) * math.log(context.tokenizer.vocab_size), rel=1e-5)

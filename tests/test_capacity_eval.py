@@ -18,6 +18,7 @@ from tests.conftest import record_corpus_file, record_eval_set
 from tests.planted_answers import assert_registered_with_its_shipped_config
 from tests.planted_lm import PlantedLM
 from trainer.errors import TrainError
+from trainer.eval.capacity_data import Dictionaries
 from trainer.eval.registry import EvalContext
 
 FIRST, LAST = 6, 5  # name pools: N0 = 30 names of two tokens
@@ -479,3 +480,8 @@ def test_each_token_is_scored_as_the_trainer_packs_it(tmp_path):
     # a first token: after a random document's <eos>, the batch's two <eos> laws mixed
     mixed = (logp[6].exp() + logp[13].exp()).log() - math.log(2)
     assert np.allclose(got[:, 0], [mixed[a[0]].item(), mixed[b[0]].item()], atol=1e-5)
+
+
+def test_a_dictionary_of_every_chunk_holds_no_bits():
+    dictionaries = Dictionaries(1, 2, np.array([[[0], [1]]]))  # D = T^L = 2
+    assert capacity.dictionary_bits(np.array([[3.0, 1.0]]), 4, dictionaries).tolist() == [0.0]

@@ -341,3 +341,22 @@ def test_a_grammar_edited_after_generation_is_refused_before_anything_is_scored(
     assert str(error.value) == (f"{corpus}/grammar.json: sha256 differs from "
                                 f"{corpus}/manifest.json (damaged or modified); physlm gen of "
                                 "the corpus's config repairs it")
+
+
+def test_each_positions_kl_is_its_own(two_corpus, tmp_path):
+    model = planted(two_corpus, TWO, uniform=True)  # KL log 2 at position 0, log 4 after
+    results = cfg.run(context_for(model, two_corpus, tmp_path), cfg.CfgOptions(
+        samples=1, prefix_lengths=[9], kl_strings=20, kl_bucket=1))
+    per_position = results["next_token"]["per_position"]
+    assert per_position["0"]["kl"] == pytest.approx(math.log(2), abs=1e-6)
+    assert per_position["5"]["kl"] == pytest.approx(math.log(4), abs=1e-6)
+    assert per_position["0"]["illegal_mass"] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_temperature_zero_samples_greedily(two_corpus, tmp_path):
+    results = cfg.run(context_for(planted(two_corpus, TWO), two_corpus, tmp_path),
+                      cfg.CfgOptions(samples=40, prefix_lengths=[0], temperature=0.0,
+                                     kl_strings=0))
+    # the oracle's ties break the same way every time: one string, always in the language
+    assert results["prefix_0"]["accuracy"] == 1.0
+    assert results["diversity"]["distinct"] == 1 / 40

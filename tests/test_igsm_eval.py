@@ -211,3 +211,37 @@ def test_shipped_configs_load():
     for name in ("igsm_cpu", "p21_igsm_med_pq", "p21_igsm_hard_pq", "p22_igsm_med_retry"):
         experiment = load_experiment(root / f"{name}.yaml", [])
         assert experiment.eval.tasks == ["igsm"] and experiment.corpus.family == "igsm"
+
+
+def _first_value_wrong(row: dict) -> str:
+    """The row's solution with its first step's value off by one (mod 23)."""
+    first = row["solution"].split(". ")[0]
+    head, _, value = first.rpartition(" = ")
+    return row["solution"].replace(first, f"{head} = {(int(value) + 1) % 23}", 1)
+
+
+def test_the_answer_is_compared_mod_23(corpus):
+    row = _rows(corpus)[0]
+    text = _first_value_wrong(row).replace(f"Answer: {row['answer']}.",
+                                           f"Answer: {row['answer'] + 23}.")
+    verdict = igsm.score_text(row, text)
+    assert verdict["solution"] is False and verdict["answer"] is True
+
+
+def test_an_earlier_mistake_is_not_blamed_on_the_token_budget(corpus):
+    row = max(_rows(corpus), key=lambda r: r["solution"].count(". "))
+    cut = ". ".join(_first_value_wrong(row).split(". ")[:3]) + ". Define"  # then cut off
+    verdict = igsm.score_text(row, cut, truncated=True)
+    assert (verdict["reason"], verdict["step"]) == ("wrong_value", 0)
+
+
+def test_a_generation_that_fills_its_budget_is_truncated(corpus, tmp_path, monkeypatch):
+    tokenizer = Tokenizer.load(corpus / "tokenizer.model")
+    define = tokenizer.encode(" Define")[:1]
+    monkeypatch.setattr(generation, "generate",
+                        lambda model, prompts, n, eos_id=None: [define * n for _ in prompts])
+    context = EvalContext(_Model(positional=SimpleNamespace(max_positions=None)), tokenizer,
+                          corpus, tmp_path, None)
+    results = igsm.run(context, igsm.IgsmOptions(sets=["igsm_test"], max_new_tokens=5))
+    assert results["igsm_test"]["truncated"] == 1.0
+    assert results["igsm_test"]["failures"] == {"truncated": 6}

@@ -31,7 +31,15 @@ from trainer.config import load_experiment
 from trainer.engine import train
 from trainer.errors import TrainError
 from trainer.eval.activations import extract_features
-from trainer.eval.probe import ProbeOptions, figure, options_schema, run
+from trainer.eval.probe import (
+    ProbeOptions,
+    _accuracy,
+    _score,
+    _split,
+    figure,
+    options_schema,
+    run,
+)
 from trainer.eval.registry import EvalContext
 from trainer.eval.runner import evaluate
 from trainer.model import GPT, ModelConfig
@@ -398,3 +406,25 @@ def test_two_families_that_name_one_probe_option_are_refused(toy_family):
     with pytest.raises(ValueError, match=r"^eval.probe.max_numbers: an option of the toy "
                                          r"family and of the toy2 family$"):
         options_schema()
+
+
+def test_chance_is_the_training_majoritys_share_of_the_test_rows():
+    entry = {key: {} for key in ("accuracy", "chance", "n_train", "n_test")}
+    features = np.random.default_rng(0).normal(size=(7, 1, 4))
+    _score(entry, "c", features, {False: [0, 1, 2, 3], True: [4, 5, 6]},
+           {False: [0, 0, 0, 1], True: [1, 1, 0]}, 1.0)
+    assert entry["chance"]["c"] == pytest.approx(1 / 3)  # class 0's share of the test rows
+
+
+def test_the_split_follows_its_seed():
+    first, second = _split(50, 0.2, 0), _split(50, 0.2, 1)
+    assert first.sum() == second.sum() == 10 and (first == _split(50, 0.2, 0)).all()
+    assert not (first == second).all()
+
+
+def test_the_probes_regularization_is_c():
+    x = np.r_[np.zeros(30), np.ones(10)][:, None] + np.linspace(0, 0.1, 40)[:, None]
+    y = [0] * 30 + [1] * 10
+    x_test, y_test = np.ones((10, 1)), [1] * 10
+    assert _accuracy(x, y, x_test, y_test, C=1.0) == 1.0
+    assert _accuracy(x, y, x_test, y_test, C=1e-6) == 0.0  # weights ~0: the majority class
