@@ -367,3 +367,41 @@ def test_an_npy_member_of_another_layout_is_named_with_its_shard(bios, tmp_path)
     key = next(read_shard(bios / "train/shard-000000.tar"))["__key__"]
     with pytest.raises(CorpusError, match=rf"^{shard}: {key}\.mask\.npy is not a 1-D \|u1 npy"):
         next(iter(PackedBatches(copy, DataOptions(ctx=64, micro_batch=2, shuffle_shards=False))))
+
+
+def test_a_stream_of_exactly_k_windows_of_tokens_yields_k_minus_1(bios):
+    # the last window would lack its last label
+    tokens = PackedBatches(bios, DataOptions(ctx=64, micro_batch=1)).tokens_per_epoch
+    ctx = next((c for c in range(8, 400) if tokens % c == 0), None)
+    assert ctx is not None, f"{tokens} tokens: pick a corpus whose length has a divisor"
+    data = PackedBatches(bios, DataOptions(ctx=ctx, micro_batch=1, shuffle_shards=False))
+    assert data.batches_in_epoch(0) == tokens // ctx - 1
+    batches = list(islice(data, tokens // ctx))  # the whole epoch, then epoch 1's first
+    assert data.state_dict()["epoch"] == 1 and len(batches) == tokens // ctx
+
+
+def test_the_shards_left_over_by_the_ranks_are_the_last_of_the_epochs_order(bios):
+    # 5 shards, 2 ranks, manifest order: rank r reads shards r and r + 2, shard 4 sits out
+    options = DataOptions(ctx=64, micro_batch=2, shuffle_shards=False)
+    shards = [[PackedBatches(bios, options, rank, 2).epoch_shards(epoch) for rank in range(2)]
+              for epoch in range(2)]
+    assert shards[0] == shards[1] == [["train/shard-000000.tar", "train/shard-000002.tar"],
+                                      ["train/shard-000001.tar", "train/shard-000003.tar"]]
+
+
+def test_every_rank_yields_what_the_emptiest_rank_can_fill(bios):
+    options = DataOptions(ctx=16, micro_batch=1, shuffle_shards=False)
+    ranks = [PackedBatches(bios, options, rank, 2) for rank in range(2)]
+    own = [(int(data._stream_lengths[data._rank_shards(0)[data.rank]].sum()) - 1) // 16
+           for data in ranks]
+    assert own[0] != own[1]  # the premise: the two ranks' shards fill different counts
+    assert [data.batches_in_epoch(0) for data in ranks] == [min(own)] * 2
+
+
+def test_a_state_at_the_end_of_its_epoch_is_refused(bios):
+    data = PackedBatches(bios, DataOptions(ctx=64, micro_batch=2))
+    last = data.batches_in_epoch(0)
+    state = {**data.state_dict(), "batch": last}
+    with pytest.raises(ValueError, match=f"epoch=0 batch={last} is outside the corpus"):
+        data.load_state_dict(state)
+    data.load_state_dict({**state, "batch": last - 1})  # the epoch's last batch loads

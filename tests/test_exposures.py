@@ -210,3 +210,21 @@ def test_tokens_read_follow_a_resumed_position(multi2):
     assert resumed.tokens_read() == straight.tokens_read() == 50 * 2 * 64
     assert np.isclose(exposures_reached(2, resumed), 2 * 50 * 128 / straight.tokens_per_epoch)
     assert torch.equal(next(iter(resumed))["input_ids"], next(iter(straight))["input_ids"])
+
+
+def test_steps_for_rounds_the_token_target_up():
+    # E * T / R = 7 / 2 tokens: 4 batches of one token are needed, not 3
+    class OneTokenBatches:
+        tokens_per_epoch = 7
+
+        def batches_to_read(self, tokens: int) -> int:
+            return tokens
+
+    assert steps_for(1, 2, OneTokenBatches(), 1) == 4
+    assert steps_for(3, 2, OneTokenBatches(), 2) == 6  # ceil(21 / 2) = 11 batches: 6 steps
+
+
+def test_people_with_unequal_biography_counts_have_no_r():
+    summary = {"people": 40, "biographies": 70, "celebrities": 0}
+    with pytest.raises(TrainError, match="different numbers of biographies"):
+        documents_per_person({"shards": [], "summary": summary}, Path("c"))
