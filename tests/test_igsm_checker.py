@@ -7,6 +7,7 @@ import re
 import pytest
 
 from corpus_gen.igsm.checker import REASONS, check_solution, split_solution
+from corpus_gen.igsm.graph import Expr, Graph
 from corpus_gen.igsm.problem import (
     Problem,
     _solution_order,
@@ -147,3 +148,42 @@ def test_split_solution_reads_documents():
     steps, answer, retracted = split_solution(
         "Q? Solution: Define A's B as x; so x = 3. Define A's C as y [BACK]. Answer: 3.")
     assert steps == ["Define A's B as x; so x = 3"] and answer == 3 and retracted == 1
+
+
+def _three_children(third: Expr) -> Graph:
+    """a1 with three children, b1 = 5, b2 = 5 and b3 = `third`; the question is b3."""
+    graph = Graph(["A", "B"], [["a1"], ["b1", "b2", "b3"]], [(0, 0, 0), (0, 0, 1), (0, 0, 2)])
+    graph.set_exprs([Expr("=", 5, "", ()), Expr("=", 5, "", ()), third])
+    graph.question = 2
+    return graph
+
+
+B1, B2 = "Define a1's b1 as x; so x = 5", "Define a1's b2 as z; so z = 5"
+B3_FROM_B1 = Expr("+", 3, "", (0,))  # b3 = 3 + b1 = 8
+
+
+def test_a_step_on_the_wrong_parameter_of_the_same_value_is_wrong_dependencies():
+    graph = _three_children(B3_FROM_B1)
+    assert check_solution(graph, f"{B1}. Define a1's b3 as y; so y = 3 + x = 3 + 5 = 8.").correct
+    result = check_solution(graph, f"{B1}. {B2}. Define a1's b3 as y; so y = 3 + z = 3 + 5 = 8.")
+    assert (result.correct, result.reason, result.step) == (False, "wrong_dependencies", 2)
+
+
+def test_wrong_values_substituted_with_the_right_result_are_a_wrong_substitution():
+    graph = _three_children(Expr("", 0, "+", (0, 1)))  # b3 = b1 + b2 = 10
+    right = f"{B1}. {B2}. Define a1's b3 as y; so y = x + z = 5 + 5 = 10."
+    assert check_solution(graph, right).correct
+    result = check_solution(graph, right.replace("5 + 5", "4 + 6"))
+    assert (result.correct, result.reason, result.step) == (False, "wrong_substitution", 2)
+
+
+def test_a_step_the_question_does_not_need_is_counted_unnecessary():
+    result = check_solution(_three_children(B3_FROM_B1),
+                            f"{B1}. {B2}. Define a1's b3 as y; so y = 3 + x = 3 + 5 = 8.")
+    assert result.correct and (result.steps, result.unnecessary) == (3, 1)
+
+
+def test_the_final_answer_is_compared_mod_23():
+    text = f"{B1}. Define a1's b3 as y; so y = 3 + x = 3 + 5 = 8. Answer: 31."
+    result = check_solution(_three_children(B3_FROM_B1), text)
+    assert result.correct and (result.answer, result.expected) == (31, 8)

@@ -17,7 +17,12 @@ from corpus_gen.core.tokenizer import Tokenizer
 from corpus_gen.igsm.checker import check_solution
 from corpus_gen.igsm.family import is_test_template
 from corpus_gen.igsm.graph import Graph
-from corpus_gen.igsm.problem import draw_problem, solution_steps, symbols_for
+from corpus_gen.igsm.problem import (
+    draw_problem,
+    solution_steps,
+    symbols_for,
+    template_hash,
+)
 
 FAMILY = get_family("igsm")
 _OPS = re.compile(r" = [A-Za-z]+ [-+*] [A-Za-z]+ = ")  # a clause's symbolic binary operation
@@ -221,3 +226,31 @@ def test_reask_needs_question_first(igsm_config):
 def test_hierarchy_is_respected(igsm_config):
     for record in FAMILY.records(igsm_config(hierarchy="Zoo"), 0, 50):
         assert set(record.meta["problem"]["levels"]) <= {"Zoo", "Enclosure", "Animal", "Bone"}
+
+
+def _igsm_config(tmp_path, **overrides):
+    (tmp_path / "igsm.yaml").write_text("family: igsm\n")
+    items = {"problems": 400, "eval_problems": 5, **overrides}
+    return load_config(tmp_path / "igsm.yaml", [f"{k}={v}" for k, v in items.items()],
+                       schemas())
+
+
+def test_the_training_law_reaches_max_op(tmp_path):
+    config = _igsm_config(tmp_path, problems=300, max_op=4)
+    assert {r.meta["op"] for r in get_family("igsm").records(config, 0, 300)} == {1, 2, 3, 4}
+
+
+def test_an_ood_target_equal_to_the_op_limit_is_kept(tmp_path):
+    assert _igsm_config(tmp_path, max_edge=11).ood_targets == (20, 21, 22)
+    assert _igsm_config(tmp_path, max_edge=10).ood_targets == (20,)
+
+
+def test_max_op_may_equal_twice_max_edge(tmp_path):
+    assert _igsm_config(tmp_path, max_edge=3, max_op=6).ops_max == 6
+
+
+def test_the_template_hash_ignores_the_constants():
+    problem = draw_problem(random.Random(3), 20, 8)
+    before = template_hash(problem)
+    problem.graph.exprs = [e._replace(n=e.n % 22 + 1) for e in problem.graph.exprs]
+    assert template_hash(problem) == before

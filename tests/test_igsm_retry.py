@@ -1,14 +1,18 @@
 """Retry data (Part 2.2): erroneous steps followed by [BACK], masked when asked, and every
 other step still correct."""
 
+import random
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from corpus_gen.core.config import load_config
 from corpus_gen.core.registry import get_family, schemas
 from corpus_gen.igsm.checker import check_solution
+from corpus_gen.igsm.family import _wrong_param
 from corpus_gen.igsm.graph import Graph
+from corpus_gen.igsm.problem import draw_problem
 
 FAMILY = get_family("igsm")
 
@@ -67,3 +71,14 @@ def test_no_retry_means_no_back(tmp_path):
     for record in FAMILY.records(config, 0, 100):
         assert "[BACK]" not in record.text and not record.meta["retries"]
         assert not re.search(r"\s{2}", record.text)
+
+
+def test_a_fake_mistake_is_a_later_step_never_the_current_one():
+    problem = draw_problem(random.Random(0), 20, 8)
+    order, fake = problem.order, SimpleNamespace(retry_kind="fake")
+    assert _wrong_param(fake, problem, len(order) - 1, set(order[:-1]), random.Random(0)) is None
+    for position in range(len(order) - 1):
+        for seed in range(20):
+            wrong = _wrong_param(fake, problem, position, set(order[:position]),
+                                 random.Random(seed))
+            assert wrong in order[position + 1:]
