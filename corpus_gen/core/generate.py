@@ -32,7 +32,14 @@ from corpus_gen.core.corpus_tokenizer import (
 )
 from corpus_gen.core.datasheet import datasheet, write_datasheet
 from corpus_gen.core.errors import CorpusError
-from corpus_gen.core.io import LOCK, atomic_write, busy, directory_lock, lock_holder
+from corpus_gen.core.io import (
+    LOCK,
+    atomic_write,
+    busy,
+    directory_lock,
+    lock_holder,
+    read_json_file,
+)
 from corpus_gen.core.manifest import FORMAT, MANIFEST, PROGRESS, write_json
 from corpus_gen.core.records import Document
 from corpus_gen.core.registry import get_family
@@ -260,10 +267,21 @@ def _check_output(out: Path) -> None:
     """Refuse, before writing anything, a path that is a file or a foreign non-empty directory."""
     if out.exists() and not out.is_dir():
         raise CorpusError(f"{out}: exists and is not a directory")
-    physlm = (out / MANIFEST).exists() or (out / PROGRESS).is_dir()
-    if out.is_dir() and not physlm and any(not _LOCK_NAME.fullmatch(p.name)
-                                           for p in out.iterdir()):
+    if out.is_dir() and not _written_by_physlm(out) and any(not _LOCK_NAME.fullmatch(p.name)
+                                                          for p in out.iterdir()):
         raise CorpusError(f"{out}: not empty and not a physlm corpus directory; refusing to "
                           "write into it (choose another --out)")
+
+
+def _written_by_physlm(out: Path) -> bool:
+    """Whether `out` holds physlm's progress records or a manifest.json in physlm's format: a
+    manifest.json of anything else (a web app's, say) does not make it a corpus to repair."""
+    if (out / PROGRESS).is_dir():
+        return True
+    try:
+        manifest = read_json_file(out / MANIFEST)
+    except (FileNotFoundError, CorpusError):
+        return False
+    return manifest.get("format") == FORMAT and "fingerprint" in manifest
 
 
