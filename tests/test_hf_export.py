@@ -39,6 +39,7 @@ from trainer.hf import export
 from trainer.hf.export import RECORD, export_run
 from trainer.hf.layouts import ExportRefused, layout_for
 from trainer.hf.tokenizer import hf_tokenizer
+from trainer.hf.weights import hf_state_dict
 from trainer.model import GPT
 from trainer.model.config import ModelConfig, model_schema
 from trainer.model.positional_options import RopeOptions
@@ -488,3 +489,21 @@ def test_a_block_option_switched_on_is_refused(train_corpus):
             layout_for(model_config(train_corpus, "llama", toy=ToyOptions(taps=2)))
     finally:
         del block_options()["toy"]
+
+
+def test_reserved_pieces_match_longest_first():
+    texts = [f"a {i} b \u2581x1 \u2581x12 q{i}" for i in range(200)]
+    tokenizer = Tokenizer(train_tokenizer(texts, 300, "bpe", ["\u2581x1", "\u2581x12"]))
+    text = "c \u2581x12 d"  # "x12" after the word mark: the longer reserved piece
+    assert tokenizer.processor.id_to_piece(tokenizer.encode(text)).count("\u2581x12") == 1
+    assert hf_tokenizer(tokenizer)(text)["input_ids"] == tokenizer.encode(text)
+
+
+def test_an_untied_neox_head_is_saved_as_embed_out():
+    config = ModelConfig(n_layer=1, n_head=2, d_model=32, vocab_size=50, ctx=16,
+                         tie_embeddings=False)  # the default pos, norm and mlp: NeoX's layout
+    layout = layout_for(config)
+    state = GPT(config).state_dict()
+    mapped = hf_state_dict(config, layout, state)
+    assert layout.name == "gpt_neox" and "lm_head.weight" not in mapped
+    assert torch.equal(mapped["embed_out.weight"], state["lm_head.weight"])

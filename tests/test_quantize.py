@@ -188,3 +188,16 @@ def test_a_quantized_evaluation_writes_suffixed_files_beside_the_float_ones(trai
     metrics = read_run(run, "run").metrics
     assert {"qa/test/exact", "qa@int8/test/exact", "qa@int4g16/test/exact"} <= set(metrics)
     assert not any("quantize" in metric for metric in metrics)
+
+
+def test_int4_rounds_ties_to_even():
+    weight = torch.tensor([[7.0, 0.5, 1.5, 2.5, -0.5, -2.5, 3.2, 0.0]])  # scale 7 / 7 = 1
+    assert fake_quantize(weight, 7, None).tolist() == [[7.0, 0.0, 2.0, 2.0, -0.0, -2.0, 3.0,
+                                                        0.0]]
+
+
+def test_int8_has_one_scale_for_a_whole_row_past_64_columns():
+    weight = torch.full((1, 128), 0.3)
+    weight[0, 0] = 127.0  # the row's scale is 1: every 0.3 rounds to 0, past column 64 too
+    quantized = fake_quantize(weight, 127, None)
+    assert quantized[0, 0] == 127.0 and quantized[0, 1:].eq(0).all()
