@@ -2,6 +2,7 @@
 manifest.json of another program's included), an unfinished corpus of another config is
 refused, one writer holds the lock, verify names every missing or changed file, a failed write
 leaves no half file, shards follow a changed reused tokenizer, a cut shard is truncated."""
+
 import io
 import os
 import shutil
@@ -16,10 +17,7 @@ from corpus_gen.core.io import atomic_path, directory_lock
 from corpus_gen.core.registry import schemas
 from corpus_gen.core.shards import ShardWriter, tar_members
 from corpus_gen.core.verify import verify_corpus
-
-
-def _quiet(*_):
-    pass
+from tests.test_generate import _files, _quiet
 
 
 def _config(directory, **overrides):
@@ -28,12 +26,6 @@ def _config(directory, **overrides):
     items = {"people": 100, "records_per_shard": 100, "tokenizer.vocab_size": 600,
              "tokenizer.sample_records": 200, **overrides}
     return load_config(path, [f"{k}={v}" for k, v in items.items()], schemas())
-
-
-def _files(out):
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and not p.name.startswith(".") and ".progress" not in p.parts
-            and p.name != "datasheet.md"}
 
 
 @pytest.fixture(scope="module")

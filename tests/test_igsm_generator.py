@@ -228,25 +228,18 @@ def test_hierarchy_is_respected(igsm_config):
         assert set(record.meta["problem"]["levels"]) <= {"Zoo", "Enclosure", "Animal", "Bone"}
 
 
-def _igsm_config(tmp_path, **overrides):
-    (tmp_path / "igsm.yaml").write_text("family: igsm\n")
-    items = {"problems": 400, "eval_problems": 5, **overrides}
-    return load_config(tmp_path / "igsm.yaml", [f"{k}={v}" for k, v in items.items()],
-                       schemas())
-
-
-def test_the_training_law_reaches_max_op(tmp_path):
-    config = _igsm_config(tmp_path, problems=300, max_op=4)
+def test_the_training_law_reaches_max_op(igsm_config):
+    config = igsm_config(problems=300, max_op=4)
     assert {r.meta["op"] for r in get_family("igsm").records(config, 0, 300)} == {1, 2, 3, 4}
 
 
-def test_an_ood_target_equal_to_the_op_limit_is_kept(tmp_path):
-    assert _igsm_config(tmp_path, max_edge=11).ood_targets == (20, 21, 22)
-    assert _igsm_config(tmp_path, max_edge=10).ood_targets == (20,)
+def test_an_ood_target_equal_to_the_op_limit_is_kept(igsm_config):
+    assert igsm_config(max_edge=11).ood_targets == (20, 21, 22)
+    assert igsm_config(max_edge=10).ood_targets == (20,)
 
 
-def test_max_op_may_equal_twice_max_edge(tmp_path):
-    assert _igsm_config(tmp_path, max_edge=3, max_op=6).ops_max == 6
+def test_max_op_may_equal_twice_max_edge(igsm_config):
+    assert igsm_config(max_edge=3, max_op=6).ops_max == 6
 
 
 def test_the_template_hash_ignores_the_constants():

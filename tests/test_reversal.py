@@ -47,6 +47,12 @@ def test_the_corpus_writes_inverse_sets_only_when_asked(bios_config):
         rows[0]["first_name"] == rows[0]["answer"].split(" ")[0]
 
 
+def _score_inverse(tokenizer, tmp_path, rows: list[dict], answers: list[str],
+                   batch_size: int = 4) -> dict:
+    model = plant(tokenizer, rows, answers)
+    return reversal.score_inverse(context_for(model, tokenizer, tmp_path), rows, batch_size)
+
+
 @pytest.mark.parametrize("answer, full, first", [
     (lambda row: row["answer"], 1.0, 1.0),
     (lambda row: f"{row['first_name']} {ELSEWHERE}", 0.0, 1.0),
@@ -56,8 +62,7 @@ def test_the_corpus_writes_inverse_sets_only_when_asked(bios_config):
 def test_inverse_accuracy_of_planted_models(tokenizer, tmp_path, answer, full, first,
                                             batch_size):
     rows = _inverse()
-    model = plant(tokenizer, rows, [answer(r) for r in rows])
-    result = reversal.score_inverse(context_for(model, tokenizer, tmp_path), rows, batch_size)
+    result = _score_inverse(tokenizer, tmp_path, rows, [answer(r) for r in rows], batch_size)
     assert (result["full_name"], result["first_name"], result["n"]) == (full, first, 15)
     assert result["per_level"] == {str(level): {"full_name": full, "first_name": first, "n": 3}
                                    for level in LEVELS}
@@ -71,19 +76,29 @@ def _write_sets(corpus, forward: list[dict], inverse: list[dict]) -> None:
         record_eval_set(corpus, name)
 
 
+def _run_both(tokenizer, tmp_path, forward_answer, inverse_answer,
+              inverse: list[dict] | None = None, **options) -> dict:
+    """The task's test split with the forward questions of PEOPLE and `inverse` (default: every
+    inverse question), each answered as the two functions say."""
+    forward = [json.loads(json.dumps(row)) for person in PEOPLE
+               for row in eval_rows(person, "test")]
+    inverse = _inverse() if inverse is None else inverse
+    _write_sets(tmp_path, forward, inverse)
+    model = plant(tokenizer, forward + inverse, [forward_answer(row) for row in forward]
+                  + [inverse_answer(row) for row in inverse])
+    return reversal.run(context_for(model, tokenizer, tmp_path),
+                        reversal.ReversalOptions(splits=["test"], batch_size=8,
+                                                 **options))["test"]
+
+
 def test_the_task_puts_forward_and_inverse_side_by_side(tokenizer, tmp_path):
     """A model that answers forward questions and not inverse ones: the reversal curse."""
-    forward = [json.loads(json.dumps(r)) for p in PEOPLE for r in eval_rows(p, "test")]
-    inverse = _inverse()
-    _write_sets(tmp_path, forward, inverse)
-    wrong = [full_name(PEOPLE[(r["person"] + 1) % len(PEOPLE)]) for r in inverse]
-    model = plant(tokenizer, forward + inverse, [r["answer"] for r in forward] + wrong)
-    result = reversal.run(context_for(model, tokenizer, tmp_path),
-                          reversal.ReversalOptions(splits=["test"], batch_size=8))
-    assert result["test"]["forward_exact"] == 1.0 and result["test"]["forward_n"] == 18
-    assert result["test"]["inverse_full_name"] == result["test"]["inverse_first_name"] == 0.0
-    assert result["test"]["inverse_n"] == 15 and result["test"]["inverse_dropped"] == 0
-    assert all(level["dropped"] == 0 for level in result["test"]["per_level"].values())
+    result = _run_both(tokenizer, tmp_path, lambda r: r["answer"],
+                       lambda r: full_name(PEOPLE[(r["person"] + 1) % len(PEOPLE)]))
+    assert result["forward_exact"] == 1.0 and result["forward_n"] == 18
+    assert result["inverse_full_name"] == result["inverse_first_name"] == 0.0
+    assert result["inverse_n"] == 15 and result["inverse_dropped"] == 0
+    assert all(level["dropped"] == 0 for level in result["per_level"].values())
 
 
 # 800 people of seed 0: five birth dates are each shared by two people, one pair across the
@@ -138,12 +153,8 @@ def test_the_count_is_exact_and_the_same_by_array_or_by_sorting(monkeypatch):
 def test_the_task_reports_the_questions_not_asked_per_level(tokenizer, tmp_path):
     """Person 0's level-1 question and everyone's level-3 question fit someone else too: the
     corpus left them out, the task counts them and scores the others."""
-    forward = [json.loads(json.dumps(r)) for p in PEOPLE for r in eval_rows(p, "test")]
     inverse = [r for r in _inverse() if r["level"] != 3 and (r["level"], r["person"]) != (1, 0)]
-    _write_sets(tmp_path, forward, inverse)
-    model = plant(tokenizer, forward + inverse, [r["answer"] for r in forward + inverse])
-    result = reversal.run(context_for(model, tokenizer, tmp_path),
-                          reversal.ReversalOptions(splits=["test"], batch_size=8))["test"]
+    result = _run_both(tokenizer, tmp_path, lambda r: r["answer"], lambda r: r["answer"], inverse)
     assert (result["inverse_n"], result["inverse_dropped"], result["inverse_full_name"]) == \
         (11, 4, 1.0)
     assert {level: (s["n"], s["dropped"], s["full_name"])
@@ -180,11 +191,6 @@ def test_inverse_qa_needs_mix_mode(bios_config):
         bios_config(people=40, inverse_qa=1)
 
 
-def _score_inverse(tokenizer, tmp_path, rows: list[dict], answers: list[str]) -> dict:
-    model = plant(tokenizer, rows, answers)
-    return reversal.score_inverse(context_for(model, tokenizer, tmp_path), rows, 4)
-
-
 def test_a_full_name_needs_its_period(tokenizer, tmp_path):
     rows = _inverse()
     results = _score_inverse(tokenizer, tmp_path, rows,
@@ -208,18 +214,6 @@ def test_a_first_name_of_several_tokens_must_match_whole(tokenizer, tmp_path):
     assert len(tokenizer.encode(" Boada")) > 1
     results = _score_inverse(tokenizer, tmp_path, rows, [f"Bo {ELSEWHERE}"] * len(rows))
     assert (results["full_name"], results["first_name"]) == (0.0, 0.0)
-
-
-def _run_both(tokenizer, tmp_path, forward_answer, inverse_answer, **options) -> dict:
-    forward = [json.loads(json.dumps(row)) for person in PEOPLE
-               for row in eval_rows(person, "test")]
-    inverse = _inverse()
-    _write_sets(tmp_path, forward, inverse)
-    model = plant(tokenizer, forward + inverse, [forward_answer(row) for row in forward]
-                  + [inverse_answer(row) for row in inverse])
-    return reversal.run(context_for(model, tokenizer, tmp_path),
-                        reversal.ReversalOptions(splits=["test"], batch_size=8,
-                                                 **options))["test"]
 
 
 def test_the_headlines_are_their_own_fields(tokenizer, tmp_path):
